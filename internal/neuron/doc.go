@@ -1,0 +1,56 @@
+// Package neuron is how kube-neuron sees the AWS Neuron devices (Inferentia, Trainium) of a node.
+//
+// Components depend on the Hardware interface. Sysfs is the production implementation; Simulate
+// writes the same file tree for any catalog instance type, so tests (here and in the components)
+// run the production reader against it.
+//
+// # What Sysfs reads
+//
+// All paths are relative to Sysfs.Root ("/" on a node, the host root when mounted into a pod):
+//
+//	sys/devices/virtual/neuron_device/neuronN/       one directory per device, N = 0..count-1
+//	    core_count                                   physical NeuronCores ("%d", no newline)
+//	    connected_devices                            linked devices, "12, 3, 4, 1\n"; "\n" for none
+//	    info/architecture/instance_type              e.g. trn2.48xlarge
+//	    info/architecture/device_name                e.g. Trainium2
+//	    info/architecture/arch_type                  e.g. NCv3
+//	    stats/hardware/mem_ecc_uncorrected/total     uncorrectable HBM ECC errors (absent = 0)
+//	    stats/hardware/sram_ecc_uncorrected/total    uncorrectable SRAM ECC errors (absent = 0)
+//	sys/devices/virtual/dmi/id/product_name          instance type (else neuron0's instance_type)
+//	sys/module/neuron/version                        driver version
+//	sys/class/neuron_device/{server_id_2,server_id_4,node_id_2,node_id_4,ultraserver_mode}
+//	                                                 UltraServer identity; server id 0000000000000000
+//	                                                 or node id -1 means none, node id "busy" means
+//	                                                 the driver is still electing (ErrUltraServerBusy)
+//	sys/bus/pci/devices/<DDDD:BB:DD.F>/{vendor,device}
+//	                                                 EFA devices: vendor 0x1d0f, device 0xefa0..0xefa3
+//	opt/aws/neuron/logical_nc_config                 NEURON_LOGICAL_NC_CONFIG=1 or 2 (absent: LNC 0,
+//	                                                 the instance type's default applies)
+//
+// Discover validates what it reads: device numbers without gaps, links in range, without self
+// links or duplicates, symmetric and forming a topology topology.NewGraph recognises. EFA
+// devices are sorted by PCI address and paired in blocks: with E EFAs and D devices (E dividing
+// D), device i gets EFA i/(D/E) (trn1.32xlarge: 2 devices per EFA; trn1n, trn2: 1 per EFA). That
+// pairing by address order is an approximation of the PCI topology, not read from it.
+//
+// Error counters only rise while the driver runs; consumers detect a new uncorrectable error as
+// a rise of Device.ErrorCount between two discoveries. This package does not poll.
+//
+// Sources: the AWS Neuron Sysfs User Guide
+// (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/neuron-sysfs-user-guide.html)
+// for the per-device tree and counters, and the Neuron kernel driver's neuron_cdev.c
+// (https://github.com/aws-neuron/aws-neuron-driver) for the core_count and connected_devices
+// formats and the neuron_device class attributes. The guide notes that driver 2.31 moved some
+// sysfs nodes; the paths above are the pre-2.31 ones and must be checked against newer drivers.
+//
+// # What Simulate writes
+//
+// The tree above for one instance type: core_count, connected_devices from topology.Adjacency
+// in the driver's format, architecture strings by family, zero counters, product_name, the
+// module version, logical_nc_config when SimOptions.LNC is set, the UltraServer attributes
+// (the driver's "none" values unless SimOptions.UltraServer is set), a host bridge and an ENA
+// PCI device the reader must skip, and with SimOptions.EFA synthetic EFA devices at
+// EFAAddresses. Every file is replaced atomically (temporary file and rename), and devices are
+// removed and restored with a single directory rename, so a concurrent reader sees either the
+// old or the new state.
+package neuron

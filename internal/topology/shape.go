@@ -1,0 +1,140 @@
+package topology
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Resource names of the Neuron device plugin.
+const (
+	ResourceNeuron       = "aws.amazon.com/neuron"
+	ResourceNeuronDevice = "aws.amazon.com/neurondevice"
+	ResourceNeuronCore   = "aws.amazon.com/neuroncore"
+)
+
+// Resources lists the Neuron extended resources.
+var Resources = []string{ResourceNeuron, ResourceNeuronDevice, ResourceNeuronCore}
+
+// Unit is what a request counts: whole devices or cores.
+type Unit int
+
+// Units.
+const (
+	UnitDevice Unit = iota + 1
+	UnitCore
+)
+
+func (u Unit) String() string {
+	switch u {
+	case UnitDevice:
+		return "device"
+	case UnitCore:
+		return "core"
+	}
+	return fmt.Sprintf("Unit(%d)", int(u))
+}
+
+// UnitOf returns the unit of a Neuron resource name.
+func UnitOf(resource string) (Unit, error) {
+	switch resource {
+	case ResourceNeuron, ResourceNeuronDevice:
+		return UnitDevice, nil
+	case ResourceNeuronCore:
+		return UnitCore, nil
+	}
+	return 0, fmt.Errorf("resource %q is not a Neuron resource: use %s, %s or %s", resource, ResourceNeuron, ResourceNeuronDevice, ResourceNeuronCore)
+}
+
+// Request asks for Count devices or cores on one node.
+type Request struct {
+	Unit  Unit
+	Count int
+}
+
+func (r Request) String() string { return fmt.Sprintf("%d %s(s)", r.Count, r.Unit) }
+
+// Shape is the static description of one node: its instance type, its LNC and its device graph.
+// It is immutable and safe to share.
+type Shape struct {
+	Type           InstanceType
+	LNC            int
+	CoresPerDevice int // logical cores per device at LNC
+	graph          *Graph
+	deviceSizes    []int // valid device-set sizes, ascending
+}
+
+// NewShape returns the shape of a node of type t at the given LNC (0: the type's default), with
+// the canonical links of the type's topology.
+func NewShape(t InstanceType, lnc int) (*Shape, error) {
+	adj, err := Adjacency(t.Topology, t.Devices)
+	if err != nil {
+		return nil, fmt.Errorf("instance type %s: %w", t.Name, err)
+	}
+	g, err := NewGraph(adj)
+	if err != nil {
+		return nil, fmt.Errorf("instance type %s: %w", t.Name, err)
+	}
+	return NewShapeWithGraph(t, lnc, g)
+}
+
+// NewShapeWithGraph is NewShape with the links the node reports (sysfs connected_devices); they
+// must match the catalog's topology for the type.
+func NewShapeWithGraph(t InstanceType, lnc int, g *Graph) (*Shape, error) {
+	if lnc == 0 {
+		lnc = t.DefaultLNC
+	}
+	if err := t.CheckLNC(lnc); err != nil {
+		return nil, err
+	}
+	if g.Len() != t.Devices {
+		return nil, fmt.Errorf("instance type %s has %d devices in the catalog but the node reports %d", t.Name, t.Devices, g.Len())
+	}
+	if g.Kind() != t.Topology && !(t.Topology == KindRing && g.Kind() == KindChain && t.Devices == 2) {
+		return nil, fmt.Errorf("instance type %s is a %s in the catalog but the node's device links form a %s", t.Name, t.Topology, g.Kind())
+	}
+	s := &Shape{Type: t, LNC: lnc, CoresPerDevice: t.LogicalCoresPerDevice(lnc), graph: g}
+	for n := 1; n <= t.Devices; n++ {
+		if s.validDeviceCount(n) {
+			s.deviceSizes = append(s.deviceSizes, n)
+		}
+	}
+	return s, nil
+}
+
+// Devices is the number of devices of the node.
+func (s *Shape) Devices() int { return s.Type.Devices }
+
+// Cores is the number of logical cores of the node.
+func (s *Shape) Cores() int { return s.Type.Devices * s.CoresPerDevice }
+
+// Kind is the node's topology kind.
+func (s *Shape) Kind() Kind { return s.graph.Kind() }
+
+// Graph returns the node's device graph.
+func (s *Shape) Graph() *Graph { return s.graph }
+
+// DeviceSizes returns the device counts a request may ask for, ascending.
+func (s *Shape) DeviceSizes() []int { return slices.Clone(s.deviceSizes) }
+
+// CoreSizes returns the core counts a request may ask for, ascending.
+func (s *Shape) CoreSizes() []int {
+	var out []int
+	for n := 1; n <= s.Cores(); n++ {
+		if s.validCoreCount(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// CoresOf returns the global core ids of device d.
+func (s *Shape) CoresOf(d int) []int {
+	out := make([]int, s.CoresPerDevice)
+	for k := range out {
+		out[k] = d*s.CoresPerDevice + k
+	}
+	return out
+}
+
+// DeviceOf returns the device of global core c.
+func (s *Shape) DeviceOf(c int) int { return c / s.CoresPerDevice }
