@@ -51,7 +51,12 @@ type Request struct {
 	Count int
 }
 
-func (r Request) String() string { return fmt.Sprintf("%d %s(s)", r.Count, r.Unit) }
+func (r Request) String() string {
+	if r.Count == 1 {
+		return fmt.Sprintf("1 %s", r.Unit)
+	}
+	return fmt.Sprintf("%d %ss", r.Count, r.Unit)
+}
 
 // Shape is the static description of one node: its instance type, its LNC and its device graph.
 // It is immutable and safe to share.
