@@ -40,8 +40,9 @@
 // (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/neuron-sysfs-user-guide.html)
 // for the per-device tree and counters, and the Neuron kernel driver's neuron_cdev.c
 // (https://github.com/aws-neuron/aws-neuron-driver) for the core_count and connected_devices
-// formats and the neuron_device class attributes. The guide notes that driver 2.31 moved some
-// sysfs nodes; the paths above are the pre-2.31 ones and must be checked against newer drivers.
+// formats (core_count and connected_devices are readable by root only) and the neuron_device
+// class attributes. The guide notes that driver 2.31 reorganized the tree and moved some nodes;
+// the paths above have not been checked against driver 2.31 or later.
 //
 // # What Simulate writes
 //

@@ -42,7 +42,8 @@ type Simulator struct {
 	removed  []bool
 }
 
-// Simulate writes the sysfs tree of a node of opts.InstanceType under opts.Root:
+// Simulate writes the sysfs tree of a node of opts.InstanceType under opts.Root (start readers
+// after it returns; later changes through the Simulator are atomic):
 //
 //   - per device: core_count (PhysicalCoresPerDevice), connected_devices (topology.Adjacency in
 //     the driver's format), info/architecture/{instance_type,device_name,arch_type} and the
@@ -216,7 +217,7 @@ func (s *Simulator) RestoreDevice(device int) error {
 	}
 	defer os.RemoveAll(staging)
 	dir := filepath.Join(staging, "device")
-	if err := s.writeDevice(dir, device); err != nil {
+	if err := s.writeDevice(dir, device, writeFilePlain); err != nil { // invisible until the rename
 		return fmt.Errorf("restoring device %d: %w", device, err)
 	}
 	if err := os.Rename(dir, s.deviceDir(device)); err != nil {
@@ -250,7 +251,7 @@ func (s *Simulator) tempDir(parent string) (string, error) {
 func (s *Simulator) writeNode(opts SimOptions) error {
 	t := s.t
 	for i := range t.Devices {
-		if err := s.writeDevice(s.deviceDir(i), i); err != nil {
+		if err := s.writeDevice(s.deviceDir(i), i, writeFilePlain); err != nil {
 			return err
 		}
 	}
@@ -291,15 +292,15 @@ func (s *Simulator) writeNode(opts SimOptions) error {
 		files[filepath.Join(pciDevicesDir, addr, "device")] = ids[1] + "\n"
 	}
 	for rel, content := range files {
-		if err := writeFileAtomic(filepath.Join(s.root, rel), []byte(content)); err != nil {
+		if err := writeFilePlain(filepath.Join(s.root, rel), []byte(content)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// writeDevice writes device i's files into dir.
-func (s *Simulator) writeDevice(dir string, i int) error {
+// writeDevice writes device i's files into dir with write.
+func (s *Simulator) writeDevice(dir string, i int, write func(string, []byte) error) error {
 	name, arch := familyArch(s.t.Family)
 	files := map[string]string{
 		coreCountFile:        strconv.Itoa(s.t.PhysicalCoresPerDevice), // the driver prints no newline
@@ -310,21 +311,24 @@ func (s *Simulator) writeDevice(dir string, i int) error {
 		files[filepath.Join(architectureDir, "device_name")] = name + "\n"
 		files[filepath.Join(architectureDir, "arch_type")] = arch + "\n"
 	}
-	for rel, content := range files {
-		if err := writeFileAtomic(filepath.Join(dir, rel), []byte(content)); err != nil {
-			return err
-		}
-	}
 	for _, c := range []Counter{MemECC, SRAMECC} {
-		if err := s.writeCounter(dir, c, s.counters[i][c-1]); err != nil {
+		files[counterPath(c)] = strconv.FormatUint(s.counters[i][c-1], 10) + "\n"
+	}
+	for rel, content := range files {
+		if err := write(filepath.Join(dir, rel), []byte(content)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+func counterPath(c Counter) string {
+	return filepath.Join(hardwareStatsDir, c.String(), counterTotalFile)
+}
+
+// writeCounter replaces a counter file of a live device atomically.
 func (s *Simulator) writeCounter(deviceDir string, c Counter, v uint64) error {
-	return writeFileAtomic(filepath.Join(deviceDir, hardwareStatsDir, c.String(), counterTotalFile), []byte(strconv.FormatUint(v, 10)+"\n"))
+	return writeFileAtomic(filepath.Join(deviceDir, counterPath(c)), []byte(strconv.FormatUint(v, 10)+"\n"))
 }
 
 // formatConnectedDevices formats a connected_devices list as the driver does: "12, 3, 4, 1\n",
@@ -399,6 +403,14 @@ func EFAAddresses(t topology.InstanceType, busBase int) []string {
 	return out
 }
 
+// writeFilePlain writes a file no reader can see yet (a new tree, a staging directory).
+func writeFilePlain(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
 // writeFileAtomic writes a file through a temporary file in the same directory and a rename.
 func writeFileAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
@@ -410,8 +422,8 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	_, werr := f.Write(data)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr, os.Chmod(f.Name(), 0o644)); err != nil {
+	merr := f.Chmod(0o644)
+	if err := errors.Join(werr, merr, f.Close()); err != nil {
 		os.Remove(f.Name())
 		return err
 	}

@@ -386,6 +386,9 @@ func readAttribute(path string) (data []byte, ok bool, err error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, false, fmt.Errorf("reading Neuron sysfs: %w: the Neuron driver makes core_count and connected_devices readable by root only; run as root", err)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("reading Neuron sysfs: %w", err)
 	}
