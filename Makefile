@@ -21,7 +21,7 @@ help: ## Show this help
 	@echo
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 	@echo
-	@echo "Variables: FUZZTIME (fuzz time per target, default $(FUZZTIME)), SEEDS (simulate seeds, default $(SEEDS))"
+	@echo "Variables: FLEET (lab fleet file), FUZZTIME (fuzz time per target, default $(FUZZTIME)), SEEDS (simulate seeds, default $(SEEDS))"
 
 .PHONY: build
 build: ## Build every binary into bin/
@@ -29,12 +29,27 @@ build: ## Build every binary into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 	@echo "built: $(addprefix $(BIN)/,$(COMMANDS))"
 
+KUBE_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
+LAB_DIR    ?= .lab
+
 .PHONY: test
-test: lint unit ## Run all tests: go vet, staticcheck, unit tests with -race (the CI command)
+test: lint unit e2e ## Run all tests: go vet, staticcheck, unit and e2e tests with -race (the CI command)
 
 .PHONY: unit
 unit: ## Run the unit tests with -race
 	$(GO) test -race -count=1 ./...
+
+.PHONY: e2e
+e2e: ## Run the e2e tests on a lab (real control plane, simulated Neuron nodes) with -race
+	KUBE_NEURON_TOOLS_BIN="$(call TOOLS,$(KUBE_TOOLS))" $(GO) test -race -count=1 -tags e2e -timeout 30m ./test/e2e/...
+
+.PHONY: lab-up
+lab-up: build ## Start the lab in the background (FLEET=file chooses the fleet); kubeconfig in .lab/kubeconfig
+	$(BIN)/neuron-lab up --dir $(LAB_DIR) --bin-dir "$(call TOOLS,$(KUBE_TOOLS))" $(if $(FLEET),--fleet $(FLEET))
+
+.PHONY: lab-down
+lab-down: ## Stop the lab that lab-up started
+	@if [ -x $(BIN)/neuron-lab ]; then $(BIN)/neuron-lab down --dir $(LAB_DIR); else $(GO) run ./cmd/neuron-lab down --dir $(LAB_DIR); fi
 
 .PHONY: lint
 lint: ## Run go vet and the pinned staticcheck
@@ -56,7 +71,11 @@ bench: build ## Benchmark one placement decision and compare best-fit with first
 	$(BIN)/kubectl-neuron simulate --compare --seeds $(SEEDS)
 
 .PHONY: demo
-demo: build ## Show the topology engine through kubectl-neuron (catalog, plans, maps, simulate)
+demo: build ## The main job: a lab with simulated Neuron nodes, the examples applied, what every pod got (state in .demo/)
+	$(BIN)/neuron-lab demo --dir .demo --bin-dir "$(call TOOLS,$(KUBE_TOOLS))"
+
+.PHONY: engine-demo
+engine-demo: build ## Show the topology engine alone through kubectl-neuron (catalog, plans, maps, simulate)
 	hack/demo.sh
 
 .PHONY: tools

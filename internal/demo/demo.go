@@ -1,0 +1,231 @@
+// Package demo is `make demo`: it starts a lab with a small fleet, runs the components that
+// exist, applies the files in examples/, prints what every pod got and the nodes' topology
+// maps, and stops everything.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-neuron/kube-neuron/internal/cli"
+	"github.com/kube-neuron/kube-neuron/internal/lab"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// Namespace is where the demo applies the examples.
+const Namespace = "demo"
+
+// ExampleDirs are the directories of examples/ whose components exist, applied in order.
+var ExampleDirs = []string{"lab"}
+
+// Options configure Run.
+type Options struct {
+	BinDir, Dir string
+	// Examples is the examples/ directory.
+	Examples string
+	Out      io.Writer
+	// Wait bounds the wait for the example pods to settle.
+	Wait time.Duration
+}
+
+// Run runs the demo.
+func Run(ctx context.Context, o Options) error {
+	out := o.Out
+	begin := time.Now()
+	fmt.Fprintf(out, "== Starting the lab: a real control plane on 127.0.0.1 and simulated Neuron nodes (state in %s)\n", o.Dir)
+	l, err := lab.Start(ctx, lab.Options{BinDir: o.BinDir, Dir: o.Dir})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "\n== Stopping the lab")
+		if err := l.Stop(); err != nil {
+			fmt.Fprintln(out, "stopping:", err)
+		}
+	}()
+	fmt.Fprintf(out, "ready in %v\n\n", time.Since(begin).Round(time.Millisecond))
+	client := l.Client()
+	if err := printNodes(ctx, out, l); err != nil {
+		return err
+	}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\n== Applying the examples (namespace %s)\n", Namespace)
+	for _, dir := range ExampleDirs {
+		files, _ := filepath.Glob(filepath.Join(o.Examples, dir, "*.yaml"))
+		sort.Strings(files)
+		for _, f := range files {
+			objs, err := lab.ApplyFile(ctx, l.RESTConfig(), "kube-neuron-demo", f, Namespace)
+			if err != nil {
+				return err
+			}
+			var names []string
+			for _, obj := range objs {
+				names = append(names, strings.ToLower(obj.GetKind())+"/"+obj.GetName())
+			}
+			rel, _ := filepath.Rel(filepath.Dir(o.Examples), f)
+			fmt.Fprintf(out, "%s: %s\n", rel, strings.Join(names, ", "))
+		}
+	}
+	pods, err := settle(ctx, l, o.Wait)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\n== What every pod got")
+	printPods(out, pods)
+	fmt.Fprintln(out, "\n== Topology maps (cores in use by the pods above marked #)")
+	return printMaps(out, l, pods)
+}
+
+func printNodes(ctx context.Context, out io.Writer, l *lab.Lab) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tINSTANCE TYPE\tMODE\tLNC\tDEVICES\tCORES\tTAINT")
+	for _, s := range l.Nodes() {
+		n, err := l.Client().CoreV1().Nodes().Get(ctx, s.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		taint := ""
+		for _, t := range n.Spec.Taints {
+			taint = fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.Name, s.InstanceType.Name, s.Mode, s.LNC, s.InstanceType.Devices, s.InstanceType.Devices*s.InstanceType.LogicalCoresPerDevice(s.LNC), taint)
+	}
+	return w.Flush()
+}
+
+// settle waits until every pod of the demo namespace is Running or Failed, or the time is up.
+func settle(ctx context.Context, l *lab.Lab, wait time.Duration) ([]corev1.Pod, error) {
+	if wait == 0 {
+		wait = 60 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		list, err := l.Client().CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		settled := true
+		for _, p := range list.Items {
+			if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodFailed {
+				settled = false
+			}
+		}
+		if settled || time.Now().After(deadline) {
+			sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+			return list.Items, nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// podView is what the summary shows of one pod.
+type podView struct {
+	devices, cores, env string
+	coreIDs             []int
+}
+
+func view(p corev1.Pod) podView {
+	var a lab.PodAllocations
+	_ = json.Unmarshal([]byte(p.Annotations[lab.AllocationsAnnotation]), &a)
+	env := map[string]string{}
+	var devices []string
+	for _, c := range a.Containers {
+		for k, v := range c.Env {
+			env[k] = v
+		}
+		for _, r := range c.Resources {
+			devices = append(devices, r.Devices...)
+		}
+	}
+	for _, c := range a.Claims {
+		for k, v := range c.Env {
+			env[k] = v
+		}
+		devices = append(devices, c.DeviceNodes...)
+	}
+	v := podView{devices: strings.Join(devices, ",")}
+	if cores, err := topology.ParseList(env["NEURON_RT_VISIBLE_CORES"]); err == nil {
+		v.coreIDs = cores
+		v.cores = topology.FormatList(cores)
+	}
+	var kv []string
+	for k, val := range env {
+		kv = append(kv, k+"="+val)
+	}
+	slices.Sort(kv)
+	v.env = strings.Join(kv, " ")
+	return v
+}
+
+func printPods(out io.Writer, pods []corev1.Pod) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "POD\tNODE\tPHASE\tDEVICES\tCORES\tENV")
+	for _, p := range pods {
+		v := view(p)
+		phase := string(p.Status.Phase)
+		if p.Status.Reason != "" {
+			phase += " (" + p.Status.Reason + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, dash(p.Spec.NodeName), phase, dash(v.devices), dash(v.cores), dash(v.env))
+	}
+	_ = w.Flush()
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodPending {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+					fmt.Fprintf(out, "%s is pending: %s\n", p.Name, c.Message)
+				}
+			}
+		}
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func printMaps(out io.Writer, l *lab.Lab, pods []corev1.Pod) error {
+	for _, s := range l.Nodes() {
+		shape, err := topology.NewShape(s.InstanceType, s.LNC)
+		if err != nil {
+			return err
+		}
+		u := topology.NewUsage(shape)
+		for _, p := range pods {
+			if p.Spec.NodeName == s.Name && p.Status.Phase == corev1.PodRunning {
+				if err := u.MarkCores(view(p).coreIDs); err != nil {
+					fmt.Fprintf(out, "pod %s: %v\n", p.Name, err)
+				}
+			}
+		}
+		fmt.Fprintf(out, "\nnode %s (%s):\n", s.Name, s.Mode)
+		fmt.Fprint(out, cli.DrawTopology(u, topology.Allocation{}))
+	}
+	return nil
+}
+
+// RepoExamples finds examples/ from the working directory.
+func RepoExamples() string {
+	if _, err := os.Stat("examples"); err == nil {
+		abs, _ := filepath.Abs("examples")
+		return abs
+	}
+	return "examples"
+}

@@ -1,0 +1,205 @@
+package lab
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kube-neuron/kube-neuron/internal/neuron"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// Allocation modes: which component serves a node's Neuron devices.
+const (
+	ModeDevicePlugin = "device-plugin"
+	ModeDRA          = "dra"
+)
+
+// DefaultDriverVersion is the Neuron driver version simulated nodes report by default.
+const DefaultDriverVersion = neuron.DefaultDriverVersion
+
+// FleetFile is a fleet description, as `FLEET=path make lab-up` reads it:
+//
+//	nodes:
+//	- {name: trn1-a, instanceType: trn1.32xlarge, mode: device-plugin}
+//	- {name: trn2-a, instanceType: trn2.48xlarge, mode: dra, lnc: 2, driverVersion: 2.26.5.0}
+//	- {name: us, instanceType: trn2u.48xlarge, mode: dra, count: 4, ultraserver: us-1}
+type FleetFile struct {
+	Nodes []FleetEntry `json:"nodes"`
+}
+
+// FleetEntry is one line of a fleet file.
+type FleetEntry struct {
+	Name          string `json:"name"`
+	InstanceType  string `json:"instanceType"`
+	Mode          string `json:"mode,omitempty"`
+	LNC           int    `json:"lnc,omitempty"`
+	DriverVersion string `json:"driverVersion,omitempty"`
+	Count         int    `json:"count,omitempty"`
+	UltraServer   string `json:"ultraserver,omitempty"`
+}
+
+// NodeSpec is one simulated Neuron node, with every default filled in.
+type NodeSpec struct {
+	Name          string
+	InstanceType  topology.InstanceType
+	Mode          string
+	LNC           int
+	DriverVersion string
+	// UltraServer is the identity of the node in its UltraServer (trn2u), nil otherwise.
+	UltraServer *neuron.UltraServer
+	// UltraServerName is the fleet file's ultraserver value.
+	UltraServerName string
+}
+
+// DefaultFleet is the lab's fleet when no file is given: one node per accelerator generation.
+var DefaultFleet = FleetFile{Nodes: []FleetEntry{
+	{Name: "inf2-a", InstanceType: "inf2.48xlarge"},
+	{Name: "trn1-a", InstanceType: "trn1.32xlarge"},
+	{Name: "trn2-a", InstanceType: "trn2.48xlarge", Mode: ModeDRA},
+}}
+
+// LoadFleet reads a fleet file. Unknown fields are errors that name them.
+func LoadFleet(path string) (FleetFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return FleetFile{}, fmt.Errorf("reading fleet file: %w", err)
+	}
+	f, err := ParseFleet(data)
+	if err != nil {
+		return FleetFile{}, fmt.Errorf("fleet file %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// ParseFleet decodes a fleet document (YAML or JSON) strictly.
+func ParseFleet(data []byte) (FleetFile, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return FleetFile{}, fmt.Errorf("not valid YAML: %w", err)
+	}
+	var f FleetFile
+	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+		return f, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return FleetFile{}, fmt.Errorf("%w (known fields: nodes; and per node: name, instanceType, mode, lnc, driverVersion, count, ultraserver)", err)
+	}
+	return f, nil
+}
+
+// Expand validates the fleet against the catalog and returns one spec per node.
+func (f FleetFile) Expand(cat *topology.Catalog) ([]NodeSpec, error) {
+	var out []NodeSpec
+	names := map[string]bool{}
+	members := map[string][]int{} // ultraserver name -> indexes into out
+	for i, e := range f.Nodes {
+		where := fmt.Sprintf("nodes[%d]", i)
+		if e.Name == "" {
+			return nil, fmt.Errorf("%s: name is required", where)
+		}
+		where = fmt.Sprintf("nodes[%d] (%s)", i, e.Name)
+		it, err := cat.Get(e.InstanceType)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		mode := e.Mode
+		if mode == "" {
+			mode = ModeDevicePlugin
+		}
+		if mode != ModeDevicePlugin && mode != ModeDRA {
+			return nil, fmt.Errorf("%s: mode %q: use %s or %s", where, e.Mode, ModeDevicePlugin, ModeDRA)
+		}
+		if e.LNC != 0 {
+			if err := it.CheckLNC(e.LNC); err != nil {
+				return nil, fmt.Errorf("%s: %w", where, err)
+			}
+		}
+		lnc := e.LNC
+		if lnc == 0 {
+			lnc = it.DefaultLNC
+		}
+		if e.Count < 0 {
+			return nil, fmt.Errorf("%s: count must not be negative", where)
+		}
+		if e.UltraServer != "" && it.UltraServerNodes == 0 {
+			return nil, fmt.Errorf("%s: ultraserver is only for UltraServer instance types (trn2u), not %s", where, it.Name)
+		}
+		version := e.DriverVersion
+		if version == "" {
+			version = DefaultDriverVersion
+		}
+		nodeNames := []string{e.Name}
+		if e.Count > 0 {
+			nodeNames = nil
+			for k := range e.Count {
+				nodeNames = append(nodeNames, fmt.Sprintf("%s-%d", e.Name, k))
+			}
+		}
+		for _, name := range nodeNames {
+			if names[name] {
+				return nil, fmt.Errorf("%s: node name %s is used twice", where, name)
+			}
+			if msgs := validNodeName(name); msgs != "" {
+				return nil, fmt.Errorf("%s: node name %q is not valid: %s", where, name, msgs)
+			}
+			names[name] = true
+			if e.UltraServer != "" {
+				members[e.UltraServer] = append(members[e.UltraServer], len(out))
+			}
+			out = append(out, NodeSpec{Name: name, InstanceType: it, Mode: mode, LNC: lnc, DriverVersion: version, UltraServerName: e.UltraServer})
+		}
+	}
+	// Nodes with the same ultraserver value form one UltraServer, in fleet order.
+	usNames := make([]string, 0, len(members))
+	for name := range members {
+		usNames = append(usNames, name)
+	}
+	sort.Strings(usNames)
+	for _, us := range usNames {
+		idx := members[us]
+		size := out[idx[0]].InstanceType.UltraServerNodes
+		if len(idx) > size {
+			return nil, fmt.Errorf("ultraserver %s has %d nodes: an UltraServer of %s has at most %d", us, len(idx), out[idx[0]].InstanceType.Name, size)
+		}
+		sum := sha256.Sum256([]byte(us))
+		server4 := hex.EncodeToString(sum[:8])
+		for pos, i := range idx {
+			pair := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", us, pos/2)))
+			out[i].UltraServer = &neuron.UltraServer{
+				ServerID4: server4,
+				ServerID2: hex.EncodeToString(pair[:8]),
+				NodeID4:   pos,
+				NodeID2:   pos % 2,
+				Mode:      "1_2_4",
+			}
+		}
+	}
+	return out, nil
+}
+
+// validNodeName checks a node name is a DNS subdomain short enough for socket paths.
+func validNodeName(name string) string {
+	if len(name) > 40 {
+		return "at most 40 characters in the lab"
+	}
+	for i, r := range name {
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || (r == '-' || r == '.') && i > 0 && i < len(name)-1
+		if !ok {
+			return "use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+		}
+	}
+	if strings.Contains(name, "..") {
+		return "no empty labels"
+	}
+	return ""
+}

@@ -1,0 +1,270 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/neuron"
+)
+
+// KubeletVersion is what simulated nodes report.
+const KubeletVersion = "v1.36.3"
+
+// leaseDuration and leaseRenew follow the kubelet's defaults.
+const (
+	leaseDuration = 40 * time.Second
+	leaseRenew    = 10 * time.Second
+)
+
+// SimNode is one simulated Neuron node: its Node object and Lease, its sysfs tree, and a kubelet
+// that speaks the device plugin and DRA protocols with the components running for it.
+type SimNode struct {
+	Spec   NodeSpec
+	client kubernetes.Interface
+
+	root      string // state: sysfs tree
+	socketDir string // sockets: device-plugins, plugins_registry, plugins (short path)
+	hw        *neuron.Simulator
+	dm        *deviceManager
+	dra       *draManager
+	pods      *podWorker
+
+	statusMu sync.Mutex
+	cancel   context.CancelFunc
+	done     sync.WaitGroup
+}
+
+// SysfsRoot is the root of the node's simulated sysfs tree (the --sysfs-root of its components).
+func (n *SimNode) SysfsRoot() string { return filepath.Join(n.root, "sysfs") }
+
+// DevicePluginDir holds kubelet.sock and the device plugins' sockets.
+func (n *SimNode) DevicePluginDir() string { return filepath.Join(n.socketDir, "device-plugins") }
+
+// RegistryDir is the kubelet plugin watcher's directory (plugins_registry).
+func (n *SimNode) RegistryDir() string { return filepath.Join(n.socketDir, "plugins_registry") }
+
+// PluginsDir is where DRA plugins put their service sockets (kubelet's plugins directory).
+func (n *SimNode) PluginsDir() string { return filepath.Join(n.socketDir, "plugins") }
+
+// CDIDir is the node's CDI spec directory.
+func (n *SimNode) CDIDir() string { return filepath.Join(n.root, "cdi") }
+
+// Hardware returns the node's simulated devices, for error injection.
+func (n *SimNode) Hardware() *neuron.Simulator { return n.hw }
+
+// RestartKubelet simulates a kubelet restart: the registration socket goes away with every
+// plugin connection and the device plugin directory is emptied; plugins must register again.
+func (n *SimNode) RestartKubelet(ctx context.Context) error {
+	n.dm.stop()
+	return n.dm.start(ctx)
+}
+
+// DeviceManagerAllocated returns the device ids the simulated kubelet has given out, per resource.
+func (n *SimNode) DeviceManagerAllocated() map[string][]string { return n.dm.Allocated() }
+
+// DRADrivers returns the DRA drivers registered with the simulated kubelet.
+func (n *SimNode) DRADrivers() []string { return n.dra.Drivers() }
+
+func newSimNode(spec NodeSpec, client kubernetes.Interface, root, socketDir string) (*SimNode, error) {
+	n := &SimNode{Spec: spec, client: client, root: root, socketDir: socketDir}
+	for _, d := range []string{n.DevicePluginDir(), n.RegistryDir(), n.PluginsDir(), n.CDIDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if p := filepath.Join(n.DevicePluginDir(), "kubelet.sock"); len(p) > 100 {
+		return nil, fmt.Errorf("socket path %s is %d bytes: Unix sockets allow 108; use a shorter socket directory", p, len(p))
+	}
+	lnc := 0
+	if spec.LNC != spec.InstanceType.DefaultLNC {
+		lnc = spec.LNC
+	}
+	hw, err := neuron.Simulate(neuron.SimOptions{
+		Root: n.SysfsRoot(), InstanceType: spec.InstanceType, LNC: lnc, DriverVersion: spec.DriverVersion,
+		UltraServer: spec.UltraServer, EFA: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node %s: simulating sysfs: %w", spec.Name, err)
+	}
+	n.hw = hw
+	n.dm = newDeviceManager(n.DevicePluginDir(), n.syncStatusAsync)
+	n.dra = newDRAManager(n.RegistryDir(), func() {})
+	return n, nil
+}
+
+// NodeObject returns the Node as the simulator creates it.
+func (n *SimNode) NodeObject() *corev1.Node {
+	it := n.Spec.InstanceType
+	l := map[string]string{
+		labels.InstanceType:       it.Name,
+		labels.InstanceFamily:     it.Family,
+		labels.Hostname:           n.Spec.Name,
+		labels.AllocationMode:     n.Spec.Mode,
+		"kubernetes.io/os":        "linux",
+		"kubernetes.io/arch":      "amd64",
+		"kube-neuron.io/lab-node": "true",
+	}
+	for k, v := range labels.UltraServerLabels(n.Spec.UltraServer) {
+		l[k] = v
+	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(max(it.VCPU, 1)), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(int64(max(it.MemoryGiB, 1))<<30, resource.BinarySI),
+		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
+	}
+	now := metav1.Now()
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Spec.Name, Labels: l},
+		Spec: corev1.NodeSpec{
+			ProviderID: "kube-neuron-lab:///" + n.Spec.Name,
+			Taints:     []corev1.Taint{{Key: labels.NeuronTaintKey, Value: labels.NeuronTaintValue, Effect: corev1.TaintEffectNoSchedule}},
+		},
+		Status: corev1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: capacity.DeepCopy(),
+			Conditions: []corev1.NodeCondition{{
+				Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+				Message: "kube-neuron lab kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
+			}},
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: n.Spec.Name}},
+			NodeInfo: corev1.NodeSystemInfo{
+				KubeletVersion: KubeletVersion, OperatingSystem: "linux", Architecture: "amd64",
+				ContainerRuntimeVersion: "kube-neuron-lab://1", OSImage: "kube-neuron lab (simulated Neuron driver " + n.Spec.DriverVersion + ")",
+			},
+		},
+	}
+}
+
+// start registers the node and runs its kubelet until Stop.
+func (n *SimNode) start(ctx context.Context, pods *podWorker) error {
+	logger := klog.FromContext(ctx).WithValues("node", n.Spec.Name)
+	ctx = klog.NewContext(ctx, logger)
+	want := n.NodeObject()
+	node, err := n.client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		node, err = n.client.CoreV1().Nodes().Get(ctx, want.Name, metav1.GetOptions{})
+		if err == nil {
+			node.Labels, node.Spec.Taints = want.Labels, want.Spec.Taints
+			node, err = n.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("creating node %s: %w", want.Name, err)
+	}
+	node.Status = want.Status
+	if _, err := n.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("setting the status of node %s: %w", want.Name, err)
+	}
+	if err := n.renewLease(ctx, node.UID); err != nil {
+		return err
+	}
+	if err := n.dm.start(ctx); err != nil {
+		return err
+	}
+	ctx, n.cancel = context.WithCancel(ctx)
+	n.pods = pods
+	n.done.Add(2)
+	go func() {
+		defer n.done.Done()
+		n.dra.run(ctx)
+	}()
+	go func() {
+		defer n.done.Done()
+		t := time.NewTicker(leaseRenew)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := n.renewLease(ctx, node.UID); err != nil && ctx.Err() == nil {
+					logger.Error(err, "Renewing the node lease")
+				}
+			}
+		}
+	}()
+	logger.V(2).Info("Simulated node started", "instanceType", n.Spec.InstanceType.Name, "mode", n.Spec.Mode)
+	return nil
+}
+
+func (n *SimNode) stop() {
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.dm.stop()
+	n.done.Wait()
+}
+
+func (n *SimNode) renewLease(ctx context.Context, nodeUID types.UID) error {
+	leases := n.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	lease, err := leases.Get(ctx, n.Spec.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: n.Spec.Name, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: n.Spec.Name, UID: nodeUID,
+			}}},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: ptr.To(n.Spec.Name), LeaseDurationSeconds: ptr.To(int32(leaseDuration.Seconds())), RenewTime: &now,
+			},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	lease.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
+
+func (n *SimNode) syncStatusAsync() {
+	go func() {
+		if err := n.syncStatus(context.Background()); err != nil {
+			klog.Background().Error(err, "Updating node capacity", "node", n.Spec.Name)
+		}
+	}()
+}
+
+// syncStatus writes the device plugins' resources into the node's capacity and allocatable.
+func (n *SimNode) syncStatus(ctx context.Context) error {
+	n.statusMu.Lock()
+	defer n.statusMu.Unlock()
+	res := n.dm.Resources()
+	names := make([]string, 0, len(res))
+	for name := range res {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	capacity, allocatable := map[string]string{}, map[string]string{}
+	for _, name := range names {
+		capacity[name] = fmt.Sprint(res[name].Capacity)
+		allocatable[name] = fmt.Sprint(res[name].Allocatable)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": capacity, "allocatable": allocatable}})
+	if err != nil {
+		return err
+	}
+	_, err = n.client.CoreV1().Nodes().PatchStatus(ctx, n.Spec.Name, patch)
+	return err
+}

@@ -1,0 +1,167 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Files a running lab keeps in its directory.
+const (
+	// ReadyFile appears when a lab started by Serve is ready; it holds a ReadyInfo.
+	ReadyFile = "ready.json"
+	// PIDFile holds the pid of the Serve process.
+	PIDFile = "lab.pid"
+	// ServeLog is the Serve process's own log.
+	ServeLog = "lab.log"
+)
+
+// ReadyInfo describes a running lab.
+type ReadyInfo struct {
+	Kubeconfig string   `json:"kubeconfig"`
+	Kubectl    string   `json:"kubectl"`
+	Server     string   `json:"server"`
+	Nodes      []string `json:"nodes"`
+	StartedIn  string   `json:"startedIn"`
+}
+
+// Serve starts a lab in o.Dir, writes o.Dir/bin/kubectl and the ready file, and runs until ctx
+// ends; then it stops everything it started.
+func Serve(ctx context.Context, o Options) error {
+	begin := time.Now()
+	if err := os.WriteFile(filepath.Join(o.Dir, PIDFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(filepath.Join(o.Dir, PIDFile))
+	l, err := Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(filepath.Join(o.Dir, ReadyFile))
+	info := ReadyInfo{Kubeconfig: l.Kubeconfig(), Server: l.RESTConfig().Host, StartedIn: time.Since(begin).Round(time.Millisecond).String()}
+	for _, n := range l.Nodes() {
+		info.Nodes = append(info.Nodes, n.Name)
+	}
+	binDir := filepath.Join(o.Dir, "bin")
+	info.Kubectl = filepath.Join(binDir, "kubectl")
+	err = os.MkdirAll(binDir, 0o755)
+	if err == nil {
+		_ = os.Remove(info.Kubectl)
+		err = os.Symlink(filepath.Join(o.BinDir, "kubectl"), info.Kubectl)
+	}
+	if err == nil {
+		var data []byte
+		data, err = json.MarshalIndent(info, "", "  ")
+		if err == nil {
+			err = os.WriteFile(filepath.Join(o.Dir, ReadyFile), data, 0o644)
+		}
+	}
+	if err != nil {
+		return errors.Join(err, l.Stop())
+	}
+	klog.FromContext(ctx).Info("Lab ready", "kubeconfig", info.Kubeconfig, "nodes", info.Nodes, "duration", info.StartedIn)
+	<-ctx.Done()
+	klog.FromContext(ctx).Info("Stopping the lab")
+	return l.Stop()
+}
+
+// UpOptions configure Up.
+type UpOptions struct {
+	Dir, BinDir, FleetFile string
+	// Self is the lab binary; Up runs `Self serve ...` in the background.
+	Self string
+	// Timeout bounds the wait for the lab to become ready.
+	Timeout time.Duration
+}
+
+// Up stops a lab running in o.Dir, starts a new one in the background and returns its ReadyInfo
+// once it is ready; the lab keeps running after Up returns (Down stops it).
+func Up(ctx context.Context, o UpOptions) (*ReadyInfo, error) {
+	if err := Down(o.Dir); err != nil {
+		return nil, fmt.Errorf("stopping the lab that runs in %s: %w", o.Dir, err)
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	_ = os.Remove(filepath.Join(o.Dir, ReadyFile))
+	args := []string{"serve", "--dir", o.Dir, "--bin-dir", o.BinDir}
+	if o.FleetFile != "" {
+		args = append(args, "--fleet", o.FleetFile)
+	}
+	p, err := StartProcess(ProcessOptions{Name: "lab", Path: o.Self, Args: args, LogPath: filepath.Join(o.Dir, ServeLog), Detach: true})
+	if err != nil {
+		return nil, err
+	}
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	deadline := time.After(timeout)
+	for {
+		if data, err := os.ReadFile(filepath.Join(o.Dir, ReadyFile)); err == nil {
+			var info ReadyInfo
+			if err := json.Unmarshal(data, &info); err != nil {
+				return nil, err
+			}
+			return &info, nil
+		}
+		select {
+		case <-p.Exited():
+			return nil, fmt.Errorf("the lab exited before it was ready: %v\n%s", p.ExitError(), LogTail(filepath.Join(o.Dir, ServeLog), 30))
+		case <-deadline:
+			_ = Down(o.Dir)
+			return nil, fmt.Errorf("the lab was not ready after %v; its log:\n%s", timeout, LogTail(filepath.Join(o.Dir, ServeLog), 30))
+		case <-ctx.Done():
+			_ = Down(o.Dir)
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Down stops the lab recorded in dir: the Serve process first (it stops the control plane in
+// order), then any process it left behind. A directory without a lab is not an error.
+func Down(dir string) error {
+	var errs []error
+	if data, err := os.ReadFile(filepath.Join(dir, PIDFile)); err == nil {
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		if pid > 1 && isLabServe(pid) {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			deadline := time.Now().Add(40 * time.Second)
+			for isLabServe(pid) && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if isLabServe(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		_ = os.Remove(filepath.Join(dir, PIDFile))
+	}
+	errs = append(errs, StopFromState(dir))
+	if data, err := os.ReadFile(filepath.Join(dir, "socket-dir")); err == nil {
+		if sd := strings.TrimSpace(string(data)); strings.HasPrefix(sd, "/tmp/kn-") {
+			errs = append(errs, os.RemoveAll(sd))
+		}
+	}
+	_ = os.Remove(filepath.Join(dir, ReadyFile))
+	return errors.Join(errs...)
+}
+
+// isLabServe reports whether pid runs `... serve --dir ...` of a lab binary.
+func isLabServe(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(data), "\x00")
+	return len(args) > 1 && args[1] == "serve"
+}

@@ -1,0 +1,55 @@
+// Package labels holds the label, annotation and taint keys that kube-neuron's parts and the
+// published Neuron stack agree on (DESIGN section 4). It has no logic beyond building label sets.
+package labels
+
+import (
+	"strconv"
+
+	"github.com/kube-neuron/kube-neuron/internal/neuron"
+)
+
+// Node labels.
+const (
+	InstanceType   = "node.kubernetes.io/instance-type"
+	InstanceFamily = "karpenter.k8s.aws/instance-family"
+	Hostname       = "kubernetes.io/hostname"
+	// AllocationMode says which component serves the node's Neuron devices:
+	// AllocationModeDevicePlugin or AllocationModeDRA.
+	AllocationMode             = "kube-neuron.io/allocation-mode"
+	AllocationModeDevicePlugin = "device-plugin"
+	AllocationModeDRA          = "dra"
+
+	UltraServerMode      = "neuron.amazonaws.com/ultraserver-mode"
+	UltraServerServerID2 = "neuron.amazonaws.com/ultraserver-server-id-2"
+	UltraServerServerID4 = "neuron.amazonaws.com/ultraserver-server-id-4"
+	UltraServerNodeID2   = "neuron.amazonaws.com/ultraserver-node-id-2"
+	UltraServerNodeID4   = "neuron.amazonaws.com/ultraserver-node-id-4"
+)
+
+// The taint every Neuron node carries: aws.amazon.com/neuron=true:NoSchedule.
+const (
+	NeuronTaintKey    = "aws.amazon.com/neuron"
+	NeuronTaintValue  = "true"
+	NeuronTaintEffect = "NoSchedule"
+)
+
+// UltraServerLabels returns the node labels of an UltraServer member; nil when us is nil.
+func UltraServerLabels(us *neuron.UltraServer) map[string]string {
+	if us == nil {
+		return nil
+	}
+	l := map[string]string{
+		UltraServerServerID4: us.ServerID4,
+		UltraServerNodeID4:   strconv.Itoa(us.NodeID4),
+	}
+	if us.Mode != "" {
+		l[UltraServerMode] = us.Mode
+	}
+	if us.ServerID2 != "" {
+		l[UltraServerServerID2] = us.ServerID2
+	}
+	if us.NodeID2 >= 0 {
+		l[UltraServerNodeID2] = strconv.Itoa(us.NodeID2)
+	}
+	return l
+}

@@ -1,0 +1,226 @@
+// Package framework runs e2e tests against a lab: a real control plane on 127.0.0.1 with
+// simulated Neuron nodes. Each test package gets one lab from Main; tests apply the files in
+// examples/ with Apply and wait with WaitFor, whose failures say what was expected and what was
+// last seen.
+package framework
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-neuron/kube-neuron/internal/lab"
+)
+
+// FieldManager is the server-side apply field manager of the e2e tests.
+const FieldManager = "kube-neuron-e2e"
+
+// L is the test package's lab, set by Main.
+var L *lab.Lab
+
+// RepoRoot returns the repository root (the directory with the product go.mod).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(data, []byte("module github.com/kube-neuron/kube-neuron\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the kube-neuron repository")
+		}
+		dir = parent
+	}
+}
+
+// BinDir returns the directory of the pinned Kubernetes binaries: $KUBE_NEURON_TOOLS_BIN, or
+// what hack/build-tools.sh prints (it builds them the first time).
+func BinDir() (string, error) {
+	if d := os.Getenv("KUBE_NEURON_TOOLS_BIN"); d != "" {
+		return d, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(filepath.Join(root, "hack", "build-tools.sh"), "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("building the pinned Kubernetes binaries (hack/build-tools.sh): %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Main starts the package's lab with the fleet, runs the tests and stops the lab, also when
+// the run is interrupted. On failure the lab's directory (logs of every process) is kept.
+func Main(m *testing.M, fleet *lab.FleetFile) int {
+	binDir, err := BinDir()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "kube-neuron-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	begin := time.Now()
+	L, err = lab.Start(ctx, lab.Options{BinDir: binDir, Dir: dir, Fleet: fleet})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: starting the lab: %v\n(lab directory kept: %s)\n", err, dir)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "e2e: lab with %d nodes ready in %v (directory %s)\n", len(L.Nodes()), time.Since(begin).Round(time.Millisecond), dir)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		if _, ok := <-sigs; ok {
+			fmt.Fprintln(os.Stderr, "e2e: interrupted: stopping the lab")
+			_ = L.Stop()
+			os.Exit(130)
+		}
+	}()
+	code := m.Run()
+	signal.Stop(sigs)
+	close(sigs)
+	if err := L.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: stopping the lab:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	if code == 0 {
+		_ = os.RemoveAll(dir)
+	} else {
+		fmt.Fprintf(os.Stderr, "e2e: tests failed; the lab's logs are in %s/logs\n", dir)
+	}
+	return code
+}
+
+// Context returns a context for a test, with a logger, cancelled at the end of the test.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return klog.NewContext(ctx, klog.Background().WithValues("test", t.Name()))
+}
+
+// Apply applies every object of the YAML file (path relative to the repository root, or
+// absolute) with server-side apply, in namespace ns where the object names none, and returns
+// the objects as applied.
+func Apply(t testing.TB, ctx context.Context, path, ns string) []*unstructured.Unstructured {
+	t.Helper()
+	if !filepath.IsAbs(path) {
+		root, err := RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path = filepath.Join(root, path)
+	}
+	objs, err := lab.ApplyFile(ctx, L.RESTConfig(), FieldManager, path, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// CreateNamespace creates a namespace for the test and deletes it when the test ends.
+func CreateNamespace(t testing.TB, ctx context.Context) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	name = strings.Trim(name, "-") + fmt.Sprintf("-%d", time.Now().UnixNano()%100000)
+	if _, err := L.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = L.Client().CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// WaitFor polls cond until it is done or timeout passes; the failure message names what was
+// awaited and the last status cond reported.
+func WaitFor(t testing.TB, ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (done bool, status string, err error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var status string
+	for {
+		done, s, err := cond(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if s != "" {
+			status = s
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// WaitForPod waits until the pod is in the phase; on timeout the message has the pod's status
+// and events.
+func WaitForPod(t testing.TB, ctx context.Context, ns, name string, phase corev1.PodPhase, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	WaitFor(t, ctx, timeout, fmt.Sprintf("pod %s/%s to be %s", ns, name, phase), func(ctx context.Context) (bool, string, error) {
+		p, err := L.Client().CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "not found", nil
+		}
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		pod = p
+		return p.Status.Phase == phase, DescribePod(ctx, p), nil
+	})
+	return pod
+}
+
+// DescribePod summarises a pod's state and its events for failure messages.
+func DescribePod(ctx context.Context, p *corev1.Pod) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase %s, node %q", p.Status.Phase, p.Spec.NodeName)
+	if p.Status.Reason != "" {
+		fmt.Fprintf(&b, ", reason %s: %s", p.Status.Reason, p.Status.Message)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			fmt.Fprintf(&b, "; %s: %s", c.Type, c.Message)
+		}
+	}
+	events, err := L.Client().CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
+	if err == nil {
+		for _, e := range events.Items {
+			fmt.Fprintf(&b, "; event %s %s: %s", e.Type, e.Reason, e.Message)
+		}
+	}
+	return b.String()
+}
