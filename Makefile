@@ -31,6 +31,9 @@ build: ## Build every binary into bin/
 
 KUBE_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
 LAB_DIR    ?= .lab
+CHART      := deployments/helm/kube-neuron
+# The chart values of the components the lab runs as host processes.
+LAB_CHART_SET := --set npd.enabled=false
 
 .PHONY: test
 test: lint unit e2e ## Run all tests: go vet, staticcheck, unit and e2e tests with -race (the CI command)
@@ -45,17 +48,19 @@ e2e: ## Run the e2e tests on a lab (real control plane, simulated Neuron nodes) 
 
 .PHONY: lab-up
 lab-up: build ## Start the lab in the background (FLEET=file chooses the fleet); kubeconfig in .lab/kubeconfig
-	$(BIN)/neuron-lab up --dir $(LAB_DIR) --bin-dir "$(call TOOLS,$(KUBE_TOOLS))" $(if $(FLEET),--fleet $(FLEET))
+	@mkdir -p $(LAB_DIR)
+	"$$(hack/helm/build.sh)" template kube-neuron $(CHART) --namespace kube-system $(LAB_CHART_SET) > $(LAB_DIR)/chart.yaml
+	$(BIN)/neuron-lab up --dir $(LAB_DIR) --bin-dir "$(call TOOLS,$(KUBE_TOOLS))" --apply $(LAB_DIR)/chart.yaml $(if $(FLEET),--fleet $(FLEET))
 
 .PHONY: lab-down
 lab-down: ## Stop the lab that lab-up started
 	@if [ -x $(BIN)/neuron-lab ]; then $(BIN)/neuron-lab down --dir $(LAB_DIR); else $(GO) run ./cmd/neuron-lab down --dir $(LAB_DIR); fi
 
 .PHONY: lint
-lint: ## Run go vet and the pinned staticcheck
-	$(GO) vet ./...
-	@echo "staticcheck ./..."
-	@"$(call TOOLS,staticcheck)/staticcheck" ./...
+lint: ## Run go vet and the pinned staticcheck (e2e tests included)
+	$(GO) vet -tags e2e ./...
+	@echo "staticcheck -tags e2e ./..."
+	@"$(call TOOLS,staticcheck)/staticcheck" -tags e2e ./...
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each
@@ -72,15 +77,22 @@ bench: build ## Benchmark one placement decision and compare best-fit with first
 
 .PHONY: demo
 demo: build ## The main job: a lab with simulated Neuron nodes, the examples applied, what every pod got (state in .demo/)
-	$(BIN)/neuron-lab demo --dir .demo --bin-dir "$(call TOOLS,$(KUBE_TOOLS))"
+	@mkdir -p .demo
+	"$$(hack/helm/build.sh)" template kube-neuron $(CHART) --namespace kube-system $(LAB_CHART_SET) > .demo/chart.yaml
+	$(BIN)/neuron-lab demo --dir .demo --bin-dir "$(call TOOLS,$(KUBE_TOOLS))" --apply .demo/chart.yaml
 
 .PHONY: engine-demo
 engine-demo: build ## Show the topology engine alone through kubectl-neuron (catalog, plans, maps, simulate)
 	hack/demo.sh
 
 .PHONY: tools
-tools: ## Build the pinned tools (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, staticcheck)
+tools: ## Build the pinned tools (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, staticcheck, helm)
 	hack/build-tools.sh
+	hack/helm/build.sh
+
+.PHONY: chart-lint
+chart-lint: ## helm lint the chart (the chart's Go tests also render it for the seed install commands)
+	"$$(hack/helm/build.sh)" lint --strict $(CHART)
 
 .PHONY: clean
 clean: ## Remove bin/ (the tool cache stays: it is keyed by hack/tools/go.sum)

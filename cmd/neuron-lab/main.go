@@ -20,9 +20,12 @@ import (
 
 func main() {
 	var dir, binDir, fleetFile string
+	var components, manifests []string
 	root := &cobra.Command{Use: "neuron-lab", Short: "A local Kubernetes control plane with simulated AWS Neuron nodes", SilenceUsage: true}
 	root.PersistentFlags().StringVar(&dir, "dir", ".lab", "lab state directory (kubeconfig, logs, bin/kubectl)")
 	root.PersistentFlags().StringVar(&binDir, "bin-dir", os.Getenv("KUBE_NEURON_TOOLS_BIN"), "directory of the pinned etcd and Kubernetes binaries (hack/build-tools.sh prints it)")
+	root.PersistentFlags().StringSliceVar(&components, "components", []string{lab.ComponentDevicePlugin}, "kube-neuron components to run, from the directory of this binary")
+	root.PersistentFlags().StringArrayVar(&manifests, "apply", nil, "YAML file to apply once the lab runs (repeatable), such as the rendered Helm chart")
 	root.PersistentFlags().StringVar(&fleetFile, "fleet", "", "fleet file (default: one inf2.48xlarge, one trn1.32xlarge, one trn2.48xlarge in DRA mode)")
 	abs := func() error {
 		var err error
@@ -55,7 +58,12 @@ func main() {
 			if err != nil {
 				return err
 			}
-			info, err := lab.Up(cmd.Context(), lab.UpOptions{Dir: dir, BinDir: binDir, FleetFile: fleetFile, Self: self})
+			for i, m := range manifests {
+				if manifests[i], err = filepath.Abs(m); err != nil {
+					return err
+				}
+			}
+			info, err := lab.Up(cmd.Context(), lab.UpOptions{Dir: dir, BinDir: binDir, FleetFile: fleetFile, Self: self, Manifests: manifests, Components: components})
 			if err != nil {
 				return err
 			}
@@ -69,7 +77,7 @@ func main() {
 			if err := abs(); err != nil {
 				return err
 			}
-			o := lab.Options{BinDir: binDir, Dir: dir}
+			o := lab.Options{BinDir: binDir, Dir: dir, ComponentBinDir: selfDir(), Components: components, Manifests: manifests}
 			if fleetFile != "" {
 				f, err := lab.LoadFleet(fleetFile)
 				if err != nil {
@@ -101,10 +109,19 @@ func main() {
 			klog.SetOutput(logFile)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return demo.Run(ctx, demo.Options{BinDir: binDir, Dir: dir, Examples: demo.RepoExamples(), Out: os.Stdout})
+			return demo.Run(ctx, demo.Options{Lab: lab.Options{BinDir: binDir, Dir: dir, ComponentBinDir: selfDir(), Components: components, Manifests: manifests}, Examples: demo.RepoExamples(), Out: os.Stdout})
 		}})
 	if err := root.ExecuteContext(klog.NewContext(context.Background(), klog.Background())); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
+}
+
+// selfDir is the directory of this binary, where make build puts the components too.
+func selfDir() string {
+	self, err := os.Executable()
+	if err != nil {
+		return "bin"
+	}
+	return filepath.Dir(self)
 }

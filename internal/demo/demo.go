@@ -28,11 +28,11 @@ import (
 const Namespace = "demo"
 
 // ExampleDirs are the directories of examples/ whose components exist, applied in order.
-var ExampleDirs = []string{"lab"}
+var ExampleDirs = []string{"lab", "device-plugin"}
 
 // Options configure Run.
 type Options struct {
-	BinDir, Dir string
+	Lab lab.Options
 	// Examples is the examples/ directory.
 	Examples string
 	Out      io.Writer
@@ -44,8 +44,8 @@ type Options struct {
 func Run(ctx context.Context, o Options) error {
 	out := o.Out
 	begin := time.Now()
-	fmt.Fprintf(out, "== Starting the lab: a real control plane on 127.0.0.1 and simulated Neuron nodes (state in %s)\n", o.Dir)
-	l, err := lab.Start(ctx, lab.Options{BinDir: o.BinDir, Dir: o.Dir})
+	fmt.Fprintf(out, "== Starting the lab: a real control plane on 127.0.0.1, simulated Neuron nodes, and %v (state in %s)\n", o.Lab.Components, o.Lab.Dir)
+	l, err := lab.Start(ctx, o.Lab)
 	if err != nil {
 		return err
 	}
@@ -132,55 +132,59 @@ func settle(ctx context.Context, l *lab.Lab, wait time.Duration) ([]corev1.Pod, 
 	}
 }
 
-// podView is what the summary shows of one pod.
-type podView struct {
-	devices, cores, env string
-	coreIDs             []int
+// row is what the summary shows of one container or claim.
+type row struct {
+	name, devices, cores, env string
+	coreIDs                   []int
 }
 
-func view(p corev1.Pod) podView {
+func envRow(name string, devices []string, env map[string]string) row {
+	r := row{name: name, devices: strings.Join(devices, ",")}
+	if cores, err := topology.ParseList(env["NEURON_RT_VISIBLE_CORES"]); err == nil {
+		r.coreIDs = cores
+		r.cores = topology.FormatList(cores)
+	}
+	var kv []string
+	for k, v := range env {
+		kv = append(kv, k+"="+v)
+	}
+	slices.Sort(kv)
+	r.env = strings.Join(kv, " ")
+	return r
+}
+
+// rows returns one row per Neuron container and per claim of the pod, or one empty row.
+func rows(p corev1.Pod) []row {
 	var a lab.PodAllocations
 	_ = json.Unmarshal([]byte(p.Annotations[lab.AllocationsAnnotation]), &a)
-	env := map[string]string{}
-	var devices []string
+	var out []row
 	for _, c := range a.Containers {
-		for k, v := range c.Env {
-			env[k] = v
-		}
+		var devices []string
 		for _, r := range c.Resources {
 			devices = append(devices, r.Devices...)
 		}
+		out = append(out, envRow(p.Name+"/"+c.Name, devices, c.Env))
 	}
 	for _, c := range a.Claims {
-		for k, v := range c.Env {
-			env[k] = v
-		}
-		devices = append(devices, c.DeviceNodes...)
+		out = append(out, envRow(p.Name+" claim "+c.Name, c.DeviceNodes, c.Env))
 	}
-	v := podView{devices: strings.Join(devices, ",")}
-	if cores, err := topology.ParseList(env["NEURON_RT_VISIBLE_CORES"]); err == nil {
-		v.coreIDs = cores
-		v.cores = topology.FormatList(cores)
+	if len(out) == 0 {
+		out = append(out, row{name: p.Name})
 	}
-	var kv []string
-	for k, val := range env {
-		kv = append(kv, k+"="+val)
-	}
-	slices.Sort(kv)
-	v.env = strings.Join(kv, " ")
-	return v
+	return out
 }
 
 func printPods(out io.Writer, pods []corev1.Pod) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "POD\tNODE\tPHASE\tDEVICES\tCORES\tENV")
+	fmt.Fprintln(w, "POD/CONTAINER\tNODE\tPHASE\tDEVICES\tCORES\tENV")
 	for _, p := range pods {
-		v := view(p)
 		phase := string(p.Status.Phase)
 		if p.Status.Reason != "" {
 			phase += " (" + p.Status.Reason + ")"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, dash(p.Spec.NodeName), phase, dash(v.devices), dash(v.cores), dash(v.env))
+		for _, r := range rows(p) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.name, dash(p.Spec.NodeName), phase, dash(r.devices), dash(r.cores), dash(r.env))
+		}
 	}
 	_ = w.Flush()
 	for _, p := range pods {
@@ -190,6 +194,9 @@ func printPods(out io.Writer, pods []corev1.Pod) {
 					fmt.Fprintf(out, "%s is pending: %s\n", p.Name, c.Message)
 				}
 			}
+		}
+		if p.Status.Phase == corev1.PodFailed {
+			fmt.Fprintf(out, "%s failed: %s\n", p.Name, p.Status.Message)
 		}
 	}
 }
@@ -210,8 +217,10 @@ func printMaps(out io.Writer, l *lab.Lab, pods []corev1.Pod) error {
 		u := topology.NewUsage(shape)
 		for _, p := range pods {
 			if p.Spec.NodeName == s.Name && p.Status.Phase == corev1.PodRunning {
-				if err := u.MarkCores(view(p).coreIDs); err != nil {
-					fmt.Fprintf(out, "pod %s: %v\n", p.Name, err)
+				for _, r := range rows(p) {
+					if err := u.MarkCores(r.coreIDs); err != nil {
+						fmt.Fprintf(out, "%s: %v\n", r.name, err)
+					}
 				}
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
 // deviceManager plays the kubelet's device manager for one simulated node: the Registration
@@ -37,7 +38,7 @@ type deviceManager struct {
 }
 
 type containerRef struct {
-	podUID, container string
+	podUID, podNamespace, podName, container string
 }
 
 // endpoint is one registered plugin.
@@ -329,6 +330,75 @@ func (m *deviceManager) release(podUID string) {
 			delete(m.byContainer, ref)
 		}
 	}
+}
+
+// podResources answers the kubelet's PodResources List: the device ids each container holds.
+func (m *deviceManager) podResources() []*podresv1.PodResources {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pods := map[string]*podresv1.PodResources{}
+	var order []string
+	for ref, byRes := range m.byContainer {
+		p := pods[ref.podUID]
+		if p == nil {
+			p = &podresv1.PodResources{Name: ref.podName, Namespace: ref.podNamespace}
+			pods[ref.podUID] = p
+			order = append(order, ref.podUID)
+		}
+		c := &podresv1.ContainerResources{Name: ref.container}
+		resources := make([]string, 0, len(byRes))
+		for res := range byRes {
+			resources = append(resources, res)
+		}
+		slices.Sort(resources)
+		for _, res := range resources {
+			c.Devices = append(c.Devices, &podresv1.ContainerDevices{ResourceName: res, DeviceIds: slices.Clone(byRes[res])})
+		}
+		p.Containers = append(p.Containers, c)
+	}
+	slices.Sort(order)
+	out := make([]*podresv1.PodResources, 0, len(order))
+	for _, uid := range order {
+		slices.SortFunc(pods[uid].Containers, func(a, b *podresv1.ContainerResources) int { return strings.Compare(a.Name, b.Name) })
+		out = append(out, pods[uid])
+	}
+	return out
+}
+
+// podResourcesServer serves the kubelet's PodResources API (v1) from the device manager.
+type podResourcesServer struct {
+	podresv1.UnimplementedPodResourcesListerServer
+	dm *deviceManager
+}
+
+func (s *podResourcesServer) List(context.Context, *podresv1.ListPodResourcesRequest) (*podresv1.ListPodResourcesResponse, error) {
+	return &podresv1.ListPodResourcesResponse{PodResources: s.dm.podResources()}, nil
+}
+
+func (s *podResourcesServer) Get(_ context.Context, r *podresv1.GetPodResourcesRequest) (*podresv1.GetPodResourcesResponse, error) {
+	for _, p := range s.dm.podResources() {
+		if p.Name == r.PodName && p.Namespace == r.PodNamespace {
+			return &podresv1.GetPodResourcesResponse{PodResources: p}, nil
+		}
+	}
+	return nil, fmt.Errorf("pod %s/%s has no resources on this node", r.PodNamespace, r.PodName)
+}
+
+func (s *podResourcesServer) GetAllocatableResources(context.Context, *podresv1.AllocatableResourcesRequest) (*podresv1.AllocatableResourcesResponse, error) {
+	s.dm.mu.Lock()
+	defer s.dm.mu.Unlock()
+	resp := &podresv1.AllocatableResourcesResponse{}
+	for name, ep := range s.dm.endpoints {
+		var ids []string
+		for id, h := range ep.devices {
+			if h == pluginapi.Healthy {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		resp.Devices = append(resp.Devices, &podresv1.ContainerDevices{ResourceName: name, DeviceIds: ids})
+	}
+	return resp, nil
 }
 
 // Allocated returns the device ids in use per resource.

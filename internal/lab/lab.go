@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +30,25 @@ type Options struct {
 	Fleet *FleetFile
 	// Catalog resolves instance types; the default catalog when nil.
 	Catalog *topology.Catalog
+	// ComponentBinDir holds kube-neuron's binaries (make build puts them in bin/). The lab runs
+	// those of Components from there as host processes, as their DaemonSets and Deployments
+	// would run them on a cluster.
+	ComponentBinDir string
+	// Components names the components to run: ComponentDevicePlugin.
+	Components []string
+	// Verbosity is the -v of the components' logs.
+	Verbosity int
+	// Manifests are YAML files applied once the nodes run (the chart rendered by helm, so that
+	// the lab's API shows the DaemonSets and classes a real installation has). Namespaced objects
+	// without a namespace go to kube-system.
+	Manifests []string
 }
+
+// Components the lab can run.
+const (
+	// ComponentDevicePlugin runs neuron-device-plugin on every node in device-plugin mode.
+	ComponentDevicePlugin = "neuron-device-plugin"
+)
 
 // Lab is a running control plane with its simulated fleet.
 type Lab struct {
@@ -37,6 +57,66 @@ type Lab struct {
 	client    kubernetes.Interface
 	socketDir string
 	specs     []NodeSpec
+	opts      Options
+
+	mu         sync.Mutex
+	components map[string][]*Process // node -> its component processes
+}
+
+// AddNode adds a simulated node and starts the per-node components that serve its mode.
+func (l *Lab) AddNode(ctx context.Context, spec NodeSpec) (*SimNode, error) {
+	n, err := l.sim.AddNode(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Mode == ModeDevicePlugin && slices.Contains(l.opts.Components, ComponentDevicePlugin) {
+		p, err := l.startComponent(ComponentDevicePlugin, spec.Name, []string{
+			"--node-name=" + spec.Name,
+			"--kubeconfig=" + l.cp.Kubeconfig(),
+			"--sysfs-root=" + n.SysfsRoot(),
+			"--device-plugin-dir=" + n.DevicePluginDir(),
+			"--pod-resources-socket=" + n.PodResourcesSocket(),
+			"--health-interval=500ms",
+			"--metrics-address=",
+			fmt.Sprintf("-v=%d", l.opts.Verbosity),
+		})
+		if err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		if l.components == nil {
+			l.components = map[string][]*Process{}
+		}
+		l.components[spec.Name] = append(l.components[spec.Name], p)
+		l.mu.Unlock()
+		if err := l.WaitForNodeResource(ctx, spec.Name, "aws.amazon.com/neuron", int64(spec.InstanceType.Devices), 30*time.Second); err != nil {
+			return nil, fmt.Errorf("%w\n%s log:\n%s", err, ComponentDevicePlugin, LogTail(p.LogPath(), 20))
+		}
+	}
+	return n, nil
+}
+
+func (l *Lab) startComponent(name, node string, args []string) (*Process, error) {
+	path := filepath.Join(l.opts.ComponentBinDir, name)
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("component %s: %w (run make build)", name, err)
+	}
+	p, err := StartProcess(ProcessOptions{Name: name + "-" + node, Path: path, Args: args, LogPath: l.cp.LogPath(name + "-" + node)})
+	if err != nil {
+		return nil, err
+	}
+	if err := AddToState(l.cp.Dir(), p, StopOrderComponent); err != nil {
+		_ = p.Stop(time.Second)
+		return nil, err
+	}
+	return p, nil
+}
+
+// Component returns the processes of the components running for a node.
+func (l *Lab) Component(node string) []*Process {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.components[node])
 }
 
 // Start starts the control plane and every node of the fleet, and returns when the nodes are
@@ -78,8 +158,14 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	if err != nil {
 		return fail(err)
 	}
+	l.opts = o
 	for _, spec := range specs {
-		if _, err := l.sim.AddNode(ctx, spec); err != nil {
+		if _, err := l.AddNode(ctx, spec); err != nil {
+			return fail(err)
+		}
+	}
+	for _, m := range o.Manifests {
+		if _, err := ApplyFile(ctx, cp.RESTConfig(), "kube-neuron-lab", m, metav1.NamespaceSystem); err != nil {
 			return fail(err)
 		}
 	}
@@ -89,10 +175,19 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 
 // Stop stops the simulated nodes' kubelets, then the control plane, and removes the sockets.
 func (l *Lab) Stop() error {
+	var err error
+	l.mu.Lock()
+	comps := l.components
+	l.components = nil
+	l.mu.Unlock()
+	for _, ps := range comps {
+		for _, p := range ps {
+			err = errors.Join(err, p.Stop(StopGrace(StopOrderComponent)))
+		}
+	}
 	if l.sim != nil {
 		l.sim.Stop()
 	}
-	var err error
 	if l.cp != nil {
 		err = l.cp.Stop()
 	}

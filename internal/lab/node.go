@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/labels"
@@ -46,6 +49,7 @@ type SimNode struct {
 	dra       *draManager
 	pods      *podWorker
 
+	podRes   *grpc.Server
 	statusMu sync.Mutex
 	cancel   context.CancelFunc
 	done     sync.WaitGroup
@@ -63,6 +67,11 @@ func (n *SimNode) RegistryDir() string { return filepath.Join(n.socketDir, "plug
 // PluginsDir is where DRA plugins put their service sockets (kubelet's plugins directory).
 func (n *SimNode) PluginsDir() string { return filepath.Join(n.socketDir, "plugins") }
 
+// PodResourcesSocket is the kubelet's PodResources API socket.
+func (n *SimNode) PodResourcesSocket() string {
+	return filepath.Join(n.socketDir, "pod-resources", "kubelet.sock")
+}
+
 // CDIDir is the node's CDI spec directory.
 func (n *SimNode) CDIDir() string { return filepath.Join(n.root, "cdi") }
 
@@ -79,12 +88,15 @@ func (n *SimNode) RestartKubelet(ctx context.Context) error {
 // DeviceManagerAllocated returns the device ids the simulated kubelet has given out, per resource.
 func (n *SimNode) DeviceManagerAllocated() map[string][]string { return n.dm.Allocated() }
 
+// Registered reports whether a device plugin serves the resource on the node.
+func (n *SimNode) Registered(resource string) bool { return n.dm.Registered(resource) }
+
 // DRADrivers returns the DRA drivers registered with the simulated kubelet.
 func (n *SimNode) DRADrivers() []string { return n.dra.Drivers() }
 
 func newSimNode(spec NodeSpec, client kubernetes.Interface, root, socketDir string) (*SimNode, error) {
 	n := &SimNode{Spec: spec, client: client, root: root, socketDir: socketDir}
-	for _, d := range []string{n.DevicePluginDir(), n.RegistryDir(), n.PluginsDir(), n.CDIDir()} {
+	for _, d := range []string{n.DevicePluginDir(), n.RegistryDir(), n.PluginsDir(), n.CDIDir(), filepath.Dir(n.PodResourcesSocket())} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
@@ -178,6 +190,14 @@ func (n *SimNode) start(ctx context.Context, pods *podWorker) error {
 	if err := n.dm.start(ctx); err != nil {
 		return err
 	}
+	_ = os.Remove(n.PodResourcesSocket())
+	lis, err := net.Listen("unix", n.PodResourcesSocket())
+	if err != nil {
+		return fmt.Errorf("serving the PodResources API: %w", err)
+	}
+	n.podRes = grpc.NewServer()
+	podresv1.RegisterPodResourcesListerServer(n.podRes, &podResourcesServer{dm: n.dm})
+	go func() { _ = n.podRes.Serve(lis) }()
 	ctx, n.cancel = context.WithCancel(ctx)
 	n.pods = pods
 	n.done.Add(2)
@@ -209,6 +229,9 @@ func (n *SimNode) stop() {
 		n.cancel()
 	}
 	n.dm.stop()
+	if n.podRes != nil {
+		n.podRes.Stop()
+	}
 	n.done.Wait()
 }
 

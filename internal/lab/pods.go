@@ -31,6 +31,11 @@ import (
 // Tests and the demo read it; a real kubelet keeps this in its checkpoint instead.
 const AllocationsAnnotation = "lab.kube-neuron.io/allocations"
 
+// HoldAdmissionAnnotation, set to "true" on a pod, makes the simulated kubelet wait with the
+// pod's admission until the annotation is removed: tests use it to choose the order in which
+// the kubelet admits pods.
+const HoldAdmissionAnnotation = "lab.kube-neuron.io/hold-admission"
+
 // PodAllocations is the value of AllocationsAnnotation.
 type PodAllocations struct {
 	Containers []ContainerResult `json:"containers,omitempty"`
@@ -165,7 +170,7 @@ func (w *podWorker) sync(ctx context.Context, n *SimNode, key string) error {
 	w.mu.Lock()
 	_, done := w.admitted[pod.UID]
 	w.mu.Unlock()
-	if done {
+	if done || pod.Annotations[HoldAdmissionAnnotation] == "true" {
 		return nil
 	}
 	return w.admit(ctx, n, pod)
@@ -258,7 +263,7 @@ func (w *podWorker) admit(ctx context.Context, n *SimNode, pod *corev1.Pod) erro
 			if count == 0 {
 				continue
 			}
-			a, err := n.dm.allocate(ctx, containerRef{podUID: string(pod.UID), container: c.Name}, res, count)
+			a, err := n.dm.allocate(ctx, containerRef{podUID: string(pod.UID), podNamespace: pod.Namespace, podName: pod.Name, container: c.Name}, res, count)
 			if err != nil {
 				n.dm.release(string(pod.UID))
 				return w.reject(ctx, pod, err)

@@ -77,6 +77,7 @@ func Serve(ctx context.Context, o Options) error {
 // UpOptions configure Up.
 type UpOptions struct {
 	Dir, BinDir, FleetFile string
+	Manifests, Components  []string
 	// Self is the lab binary; Up runs `Self serve ...` in the background.
 	Self string
 	// Timeout bounds the wait for the lab to become ready.
@@ -97,6 +98,10 @@ func Up(ctx context.Context, o UpOptions) (*ReadyInfo, error) {
 	if o.FleetFile != "" {
 		args = append(args, "--fleet", o.FleetFile)
 	}
+	for _, m := range o.Manifests {
+		args = append(args, "--apply", m)
+	}
+	args = append(args, "--components", strings.Join(o.Components, ","))
 	p, err := StartProcess(ProcessOptions{Name: "lab", Path: o.Self, Args: args, LogPath: filepath.Join(o.Dir, ServeLog), Detach: true})
 	if err != nil {
 		return nil, err

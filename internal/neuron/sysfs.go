@@ -568,3 +568,28 @@ func quote(s string) string {
 	}
 	return strconv.Quote(s)
 }
+
+// DiscoverPresent reads every device that is present and readable, without the node-level checks
+// of Discover (gaps, links, instance type). Health checks use it to go on watching the other
+// devices while one has disappeared. It returns an empty Node when nothing can be read.
+func (s *Sysfs) DiscoverPresent(ctx context.Context) *Node {
+	node := &Node{}
+	entries, err := os.ReadDir(s.path(devicesDir))
+	if err != nil {
+		return node
+	}
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			break
+		}
+		i, ok := parseDeviceDirName(e.Name())
+		if !ok {
+			continue
+		}
+		if d, err := s.readDevice(i); err == nil {
+			node.Devices = append(node.Devices, d)
+		}
+	}
+	slices.SortFunc(node.Devices, func(a, b Device) int { return a.Index - b.Index })
+	return node
+}

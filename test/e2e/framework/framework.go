@@ -70,9 +70,32 @@ func BinDir() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// Main starts the package's lab with the fleet, runs the tests and stops the lab, also when
-// the run is interrupted. On failure the lab's directory (logs of every process) is kept.
-func Main(m *testing.M, fleet *lab.FleetFile) int {
+// BuildComponents builds kube-neuron's binaries with the race detector into dir, so that the
+// lab runs them as real processes whose races fail the test run.
+func BuildComponents(dir string, names ...string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	args := []string{"build", "-race", "-o", dir + "/"}
+	for _, n := range names {
+		args = append(args, "./cmd/"+n)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building %v: %w\n%s", names, err, out)
+	}
+	return nil
+}
+
+// Main starts the package's lab with the fleet and the components, runs the tests and stops the
+// lab, also when the run is interrupted. On failure the lab's directory (logs of every process)
+// is kept.
+func Main(m *testing.M, fleet *lab.FleetFile, components ...string) int {
 	binDir, err := BinDir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -83,10 +106,15 @@ func Main(m *testing.M, fleet *lab.FleetFile) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	componentDir := filepath.Join(dir, "bin")
+	if err := BuildComponents(componentDir, components...); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	begin := time.Now()
-	L, err = lab.Start(ctx, lab.Options{BinDir: binDir, Dir: dir, Fleet: fleet})
+	L, err = lab.Start(ctx, lab.Options{BinDir: binDir, Dir: dir, Fleet: fleet, ComponentBinDir: componentDir, Components: components, Verbosity: 4})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: starting the lab: %v\n(lab directory kept: %s)\n", err, dir)
 		return 1

@@ -1,0 +1,338 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// candidates returns the unserved and served container entries of the allocation records of
+// the node's pods that are not finished, from the informer's cache.
+func (p *Plugin) candidates() []Candidate {
+	pods, _ := p.pods.List(labelsEverything())
+	return p.candidatesOf(pods)
+}
+
+// match finds the record entry a call is for. The kubelet and the plugin learn of a newly bound
+// pod through different watches, so when the cache has no match, the node's pods are read again
+// from the API server before the call falls back to the kubelet's ids.
+func (p *Plugin) match(ctx context.Context, resource string, count int) (Candidate, []Candidate, bool) {
+	cands := p.candidates()
+	if c, ok := Match(cands, resource, count, p.inflightSkip()); ok {
+		return c, cands, true
+	}
+	list, err := p.o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.o.NodeName})
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Listing the node's pods failed", "err", err)
+		return Candidate{}, cands, false
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	cands = p.candidatesOf(pods)
+	c, ok := Match(cands, resource, count, p.inflightSkip())
+	return c, cands, ok
+}
+
+func (p *Plugin) candidatesOf(pods []*corev1.Pod) []Candidate {
+	var out []Candidate
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		v, ok := pod.Annotations[allocation.Annotation]
+		if !ok {
+			continue
+		}
+		r, err := allocation.Parse(v)
+		if err != nil || r.Node != p.o.NodeName {
+			continue
+		}
+		t, err := strconv.ParseInt(pod.Annotations[allocation.AllocTime], 10, 64)
+		if err != nil {
+			t = 1<<63 - 1
+		}
+		for i, c := range r.Containers {
+			out = append(out, Candidate{Pod: pod.Namespace + "/" + pod.Name, PodUID: string(pod.UID), AllocTime: t,
+				Created: pod.CreationTimestamp.UnixNano(), Container: c, Index: i})
+		}
+	}
+	return out
+}
+
+func (p *Plugin) inflightSkip() map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]bool, len(p.inflight))
+	for k := range p.inflight {
+		out[k] = true
+	}
+	return out
+}
+
+// preferred chooses the ids the kubelet should take: the matching allocation record's, else the
+// valid connected set the topology engine picks among the available ids.
+func (p *Plugin) preferred(ctx context.Context, resource string, available, mustInclude []string, size int) []string {
+	logger := klog.FromContext(ctx).WithValues("resource", resource, "size", size)
+	avail := map[string]bool{}
+	for _, id := range available {
+		avail[id] = true
+	}
+	if p.o.Source != SourceKubelet {
+		if c, _, ok := p.match(ctx, resource, size); ok {
+			if hw, err := recordHardware(p.shape, c.Container); err == nil {
+				ids := idsOf(resource, hw)
+				if allIn(ids, avail) && allIn(mustInclude, setOf(ids)) {
+					logger.V(5).Info("Preferring the allocation record's ids", "pod", c.Pod, "container", c.Container.Name, "ids", ids)
+					return ids
+				}
+			}
+		}
+	}
+	unit, _ := topology.UnitOf(resource)
+	u := topology.NewUsage(p.shape)
+	busy := map[int]bool{}
+	for _, id := range poolIDs(p.shape, resource) {
+		if !avail[id] {
+			if hw, err := hardwareOf(p.shape, resource, []string{id}); err == nil {
+				for _, c := range hw.Cores {
+					busy[c] = true
+				}
+			}
+		}
+	}
+	p.mu.Lock()
+	for _, h := range p.holdings { // hardware the scheduler extender promised to pods waiting for admission
+		if h.Reserved {
+			for _, c := range h.Hardware.Cores {
+				busy[c] = true
+			}
+		}
+	}
+	p.mu.Unlock()
+	var cores []int
+	for c := range busy {
+		cores = append(cores, c)
+	}
+	if err := u.MarkCores(cores); err == nil {
+		if fit, err := topology.BestFit.Place(u, topology.Request{Unit: unit, Count: size}); err == nil {
+			ids := idsOf(resource, fit.Allocation)
+			if allIn(mustInclude, setOf(ids)) {
+				logger.V(5).Info("Preferring the engine's set", "ids", ids)
+				return ids
+			}
+		} else {
+			logger.V(5).Info("No valid set among the available ids", "err", err)
+		}
+	}
+	out := slices.Clone(mustInclude)
+	rest := slices.Clone(available)
+	sortIDs(rest)
+	for _, id := range rest {
+		if len(out) < size && !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func setOf(ids []string) map[string]bool {
+	m := map[string]bool{}
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+func allIn(ids []string, set map[string]bool) bool {
+	for _, id := range ids {
+		if !set[id] {
+			return false
+		}
+	}
+	return true
+}
+
+// allocate serves one container: the matching allocation record's devices, or the kubelet's ids.
+func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []string) (*pluginapi.ContainerAllocateResponse, error) {
+	logger := klog.FromContext(ctx).WithValues("resource", resource)
+	ids := slices.Clone(kubeletIDs)
+	sortIDs(ids)
+	unit, err := topology.UnitOf(resource)
+	if err != nil {
+		return nil, err
+	}
+	var hw topology.Allocation
+	var matched *Candidate
+	source := "kubelet"
+	var cands []Candidate
+	if p.o.Source != SourceKubelet {
+		var c Candidate
+		var ok bool
+		if c, cands, ok = p.match(ctx, resource, len(ids)); ok {
+			if hw, err = recordHardware(p.shape, c.Container); err != nil {
+				return nil, fmt.Errorf("pod %s container %s: its %s record does not fit this %s node: %w; delete the pod so that the scheduler extender places it again",
+					c.Pod, c.Container.Name, allocation.Annotation, p.shape.Type.Name, err)
+			}
+			matched, source = &c, "extender"
+		} else if p.o.Source == SourceExtender {
+			return nil, fmt.Errorf("no pod bound to node %s has a container waiting for %d %s in its %s annotation (pods waiting for %s here: %s; records: %s). Schedule the pod with the scheduler extender (schedulerName: my-scheduler), or run the plugin with --allocation-source=auto to serve pods scheduled without it",
+				p.o.NodeName, len(ids), resource, allocation.Annotation, resource, p.waitingPods(resource, len(ids)), describe(cands, resource))
+		}
+	}
+	if matched == nil {
+		if err := p.shape.Validate(topology.Request{Unit: unit, Count: len(ids)}); err != nil {
+			return nil, fmt.Errorf("%w The kubelet asked for %d %s for pod %s without an allocation from the scheduler extender: schedule the pod with it (schedulerName: my-scheduler), or request one of %s",
+				err, len(ids), resource, p.waitingPods(resource, len(ids)), sizesText(p.shape, unit))
+		}
+		if hw, err = hardwareOf(p.shape, resource, ids); err != nil {
+			return nil, fmt.Errorf("pod %s: the kubelet offered %s ids %v: %w", p.waitingPods(resource, len(ids)), resource, ids, err)
+		}
+		if !p.shape.IsValidDeviceSet(hw.Devices) {
+			logger.Info("Serving the kubelet's ids, which are not a connected set: the kubelet did not take the preferred allocation", "ids", ids, "devices", hw.Devices)
+		}
+	}
+	podUID, who := "", p.waitingPods(resource, len(ids))
+	if matched != nil {
+		podUID, who = matched.PodUID, matched.Pod+" container "+matched.Container.Name
+	}
+	p.mu.Lock()
+	conflicts := Conflicts(hw, podUID, p.holdings)
+	if matched == nil {
+		// The kubelet's own pool ids for this pool never conflict with themselves.
+		conflicts = slices.DeleteFunc(conflicts, func(h Holding) bool { return h.Resource == resource && slices.Equal(h.KubeletIDs, ids) })
+	}
+	if len(conflicts) > 0 {
+		p.mu.Unlock()
+		c := conflicts[0]
+		return nil, fmt.Errorf("pod %s: devices %s (cores %s) are already in use by pod %s (container %s, %s); refusing to hand them out twice. The kubelet admitted the pod before it saw the plugin withdraw these ids: delete the pod and let its controller create it again",
+			who, topology.FormatList(hw.Devices), topology.FormatList(hw.Cores), c.Pod, c.Container, c.Resource)
+	}
+	key := resource + "|" + strings.Join(ids, ",")
+	entry := servedEntry{hw: hw, resource: resource, kubelet: ids, at: time.Now()}
+	if matched != nil {
+		entry.podUID, entry.container = matched.PodUID, matched.Container.Name
+		p.inflight[matched.PodUID+"/"+matched.Container.Name] = time.Now()
+	}
+	p.served[key] = entry
+	p.holdings = append(p.holdings, Holding{Pod: who, PodUID: podUID, Resource: resource, KubeletIDs: ids, Hardware: hw})
+	p.mu.Unlock()
+	p.metrics.allocations.WithLabelValues(resource, source).Inc()
+	logger.Info("Allocated", "pod", who, "source", source, "kubeletIDs", ids, "devices", hw.Devices, "cores", hw.Cores)
+	if matched != nil {
+		if err := p.fixRecord(ctx, recordFix{pod: matched.Pod, podUID: matched.PodUID, container: matched.Container.Name, resource: resource, hw: hw, served: true}); err != nil {
+			logger.Error(err, "Marking the container served; the next refresh retries", "pod", matched.Pod)
+		}
+	}
+	p.requestRefresh()
+	return response(unit, hw), nil
+}
+
+// response is what the container gets: the device nodes of every device touched, the global
+// core ids, and the device ids for device requests.
+func response(unit topology.Unit, hw topology.Allocation) *pluginapi.ContainerAllocateResponse {
+	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{allocation.EnvVisibleCores: topology.JoinIDs(hw.Cores)}}
+	if unit == topology.UnitDevice {
+		r.Envs[allocation.EnvVisibleDevices] = topology.JoinIDs(hw.Devices)
+	}
+	for _, d := range hw.Devices {
+		path := fmt.Sprintf("/dev/neuron%d", d)
+		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: path, HostPath: path, Permissions: "rw"})
+	}
+	return r
+}
+
+func sizesText(shape *topology.Shape, unit topology.Unit) string {
+	sizes := shape.DeviceSizes()
+	if unit == topology.UnitCore {
+		sizes = shape.CoreSizes()
+	}
+	return topology.FormatList(sizes)
+}
+
+// waitingPods names the node's pods not running yet that ask for count of resource in one
+// container: the kubelet names no pod, so this is who the call is for.
+func (p *Plugin) waitingPods(resource string, count int) string {
+	pods, _ := p.pods.List(labelsEverything())
+	var names []string
+	for _, pod := range pods {
+		if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
+			continue
+		}
+		for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+			if q, ok := c.Resources.Limits[corev1.ResourceName(resource)]; ok && int(q.Value()) == count {
+				names = append(names, pod.Namespace+"/"+pod.Name)
+				break
+			}
+		}
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return "(unknown: no pending pod on this node asks for that)"
+	}
+	return strings.Join(names, " or ")
+}
+
+// fixRecord sets one container entry of a pod's record, with a merge patch of the annotation
+// keys that carries the pod's resourceVersion, so that a concurrent writer is never overwritten.
+func (p *Plugin) fixRecord(ctx context.Context, f recordFix) error {
+	ns, name, _ := strings.Cut(f.pod, "/")
+	for attempt := 0; attempt < 5; attempt++ {
+		pod, err := p.o.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if string(pod.UID) != f.podUID {
+			return nil
+		}
+		r, err := allocation.Parse(pod.Annotations[allocation.Annotation])
+		if err != nil {
+			return err
+		}
+		changed := false
+		for i := range r.Containers {
+			c := &r.Containers[i]
+			if c.Name != f.container || c.Resource != f.resource {
+				continue
+			}
+			if !slices.Equal(c.Devices, f.hw.Devices) || !slices.Equal(c.Cores, f.hw.Cores) || c.Served != f.served {
+				c.Devices, c.Cores, c.Served = slices.Clone(f.hw.Devices), slices.Clone(f.hw.Cores), f.served
+				changed = true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		anns := allocation.StringPtrs(r.Annotations())
+		patch := allocation.MergePatchWithVersion(anns, pod.ResourceVersion)
+		_, err = p.o.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "neuron-device-plugin"})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err == nil {
+			klog.FromContext(ctx).V(2).Info("Allocation record updated", "pod", f.pod, "container", f.container, "devices", f.hw.Devices, "cores", f.hw.Cores, "served", f.served)
+			p.mu.Lock()
+			delete(p.inflight, f.podUID+"/"+f.container)
+			p.mu.Unlock()
+		}
+		return err
+	}
+	return fmt.Errorf("pod %s changed five times while its allocation record was being updated", f.pod)
+}

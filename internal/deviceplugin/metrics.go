@@ -1,0 +1,49 @@
+package deviceplugin
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	registry    *prometheus.Registry
+	allocations *prometheus.CounterVec
+	failures    *prometheus.CounterVec
+	unhealthy   prometheus.Gauge
+	withdrawn   *prometheus.GaugeVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "neuron_device_plugin_allocations_total",
+			Help: "Containers served by Allocate, by resource and by where the devices came from (extender record or kubelet ids).",
+		}, []string{"resource", "source"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "neuron_device_plugin_allocation_failures_total",
+			Help: "Allocate calls answered with an error, by resource.",
+		}, []string{"resource"}),
+		unhealthy: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "neuron_device_plugin_unhealthy_devices",
+			Help: "Neuron devices currently unhealthy (error counters rose, or the device disappeared).",
+		}),
+		withdrawn: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "neuron_device_plugin_withdrawn_ids",
+			Help: "Ids of each resource reported unhealthy to the kubelet: unhealthy devices, and hardware taken through another resource.",
+		}, []string{"resource"}),
+	}
+	m.registry.MustRegister(m.allocations, m.failures, m.unhealthy, m.withdrawn)
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
+	mux.HandleFunc("/healthz", ok)
+	mux.HandleFunc("/readyz", ok)
+	return mux
+}

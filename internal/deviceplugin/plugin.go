@@ -1,0 +1,603 @@
+// Package deviceplugin is neuron-device-plugin: it advertises a node's Neuron devices to the
+// kubelet as aws.amazon.com/neuron, aws.amazon.com/neurondevice (the same devices) and
+// aws.amazon.com/neuroncore (logical cores at the node's LNC), health-checks them, and serves
+// Allocate either from the scheduler extender's allocation record or from the kubelet's ids.
+//
+// The kubelet keeps the three resources in separate pools over the same hardware. Once hardware
+// is taken through one pool, the plugin reports the overlapping ids of the other pools unhealthy
+// (withdraws them) and gives them back when the hardware is free, so the kubelet can never hand
+// out a device twice. It learns what the kubelet handed out from the kubelet's PodResources API.
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/neuron"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// Source says where Allocate takes the devices from.
+type Source string
+
+// Allocation sources.
+const (
+	// SourceAuto looks for the scheduler extender's allocation record of a matching container
+	// first, and serves the kubelet's ids when there is none.
+	SourceAuto Source = "auto"
+	// SourceExtender requires an allocation record: without one Allocate fails.
+	SourceExtender Source = "extender"
+	// SourceKubelet always serves the kubelet's ids (no scheduler extender in the cluster).
+	SourceKubelet Source = "kubelet"
+)
+
+// ParseSource parses an allocation source.
+func ParseSource(s string) (Source, error) {
+	switch Source(s) {
+	case SourceAuto, SourceExtender, SourceKubelet:
+		return Source(s), nil
+	}
+	return "", fmt.Errorf("allocation source %q: use auto, extender or kubelet", s)
+}
+
+// Options configure the device plugin.
+type Options struct {
+	NodeName           string
+	SysfsRoot          string
+	DevicePluginDir    string // the kubelet's device-plugins directory (kubelet.sock)
+	PodResourcesSocket string // the kubelet's PodResources API socket
+	HealthInterval     time.Duration
+	Source             Source
+	MetricsAddress     string // "" disables the metrics and health endpoint
+	Client             kubernetes.Interface
+	Catalog            *topology.Catalog
+	// Hardware overrides the sysfs reader (tests); nil reads SysfsRoot.
+	Hardware neuron.Hardware
+}
+
+// Plugin is a running device plugin.
+type Plugin struct {
+	o        Options
+	shape    *topology.Shape
+	hw       neuron.Hardware
+	pods     corelisters.PodLister
+	recorder record.EventRecorder
+	metrics  *metrics
+
+	mu         sync.Mutex
+	unhealthy  []bool
+	errCounts  []uint64
+	holdings   []Holding
+	served     map[string]servedEntry // resource + "|" + kubelet ids -> what Allocate answered
+	inflight   map[string]time.Time   // podUID/container matched by calls whose patch is in flight
+	pools      map[string]*pool
+	lastHealth map[string]map[string]string
+
+	refreshCh chan struct{}
+}
+
+type servedEntry struct {
+	hw        topology.Allocation
+	resource  string
+	kubelet   []string
+	podUID    string // the container matched from a record, if any
+	container string
+	at        time.Time
+	// seen is set once the kubelet's PodResources showed the ids: from then on, their
+	// disappearance there means the pod is gone.
+	seen bool
+}
+
+// Resources the plugin advertises.
+var Resources = []string{topology.ResourceNeuron, topology.ResourceNeuronDevice, topology.ResourceNeuronCore}
+
+// servedTTL bounds how long an Allocate answer counts as in use before the kubelet's
+// PodResources API shows it.
+const servedTTL = 2 * time.Minute
+
+// New discovers the node's devices and prepares the plugin.
+func New(ctx context.Context, o Options) (*Plugin, error) {
+	if o.NodeName == "" {
+		return nil, errors.New("the node name is required: set --node-name or NODE_NAME (the DaemonSet sets it from spec.nodeName)")
+	}
+	if o.Catalog == nil {
+		o.Catalog = topology.DefaultCatalog()
+	}
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = time.Second
+	}
+	if o.Source == "" {
+		o.Source = SourceAuto
+	}
+	hw := o.Hardware
+	if hw == nil {
+		hw = &neuron.Sysfs{Root: o.SysfsRoot}
+	}
+	node, err := hw.Discover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	shape, err := ShapeOf(o.Catalog, node)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plugin{
+		o: o, shape: shape, hw: hw, metrics: newMetrics(),
+		unhealthy: make([]bool, shape.Devices()), errCounts: make([]uint64, shape.Devices()),
+		served: map[string]servedEntry{}, inflight: map[string]time.Time{}, pools: map[string]*pool{},
+		lastHealth: map[string]map[string]string{}, refreshCh: make(chan struct{}, 1),
+	}
+	for i, d := range node.Devices {
+		p.errCounts[i] = d.ErrorCount()
+	}
+	return p, nil
+}
+
+// ShapeOf builds the node's shape from what the driver reports.
+func ShapeOf(cat *topology.Catalog, node *neuron.Node) (*topology.Shape, error) {
+	it, err := cat.Get(node.InstanceType)
+	if err != nil {
+		return nil, err
+	}
+	adj := make([][]int, len(node.Devices))
+	for i, d := range node.Devices {
+		adj[i] = d.Connected
+	}
+	g, err := topology.NewGraph(adj)
+	if err != nil {
+		return nil, fmt.Errorf("the device links the driver reports: %w", err)
+	}
+	return topology.NewShapeWithGraph(it, node.LNC, g)
+}
+
+// Shape returns the node's shape.
+func (p *Plugin) Shape() *topology.Shape { return p.shape }
+
+// Run serves the three resources until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	p, err := New(ctx, o)
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
+}
+
+// Run serves until ctx ends.
+func (p *Plugin) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("node", p.o.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Neuron devices discovered", "instanceType", p.shape.Type.Name, "devices", p.shape.Devices(),
+		"lnc", p.shape.LNC, "cores", p.shape.Cores(), "topology", p.shape.Kind(), "allocationSource", p.o.Source)
+
+	factory := informers.NewSharedInformerFactoryWithOptions(p.o.Client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", p.o.NodeName).String()
+	}))
+	podInformer := factory.Core().V1().Pods()
+	p.pods = podInformer.Lister()
+	if _, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.requestRefresh() },
+		UpdateFunc: func(any, any) { p.requestRefresh() },
+		DeleteFunc: func(any) { p.requestRefresh() },
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("the %v cache did not sync: check the plugin's RBAC (pods get/list/watch)", typ)
+		}
+	}
+	bcast := record.NewBroadcaster(record.WithContext(ctx))
+	bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.o.Client.CoreV1().Events("")})
+	defer bcast.Shutdown()
+	p.recorder = bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "neuron-device-plugin", Host: p.o.NodeName})
+
+	if p.o.MetricsAddress != "" {
+		srv := &http.Server{Addr: p.o.MetricsAddress, Handler: p.metrics.handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Metrics server stopped")
+			}
+		}()
+		defer srv.Close()
+	}
+	p.refresh(ctx)
+	if err := p.startPools(ctx); err != nil {
+		return err
+	}
+	defer p.stopPools()
+	kubeletSock := filepath.Join(p.o.DevicePluginDir, "kubelet.sock")
+	kubeletID := fileID(kubeletSock)
+	tick := time.NewTicker(p.o.HealthInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			logger.Info("Shutting down")
+			return nil
+		case <-tick.C:
+			p.checkHealth(ctx)
+			p.refresh(ctx)
+			// A kubelet restart recreates kubelet.sock and removes our sockets: serve and register again.
+			if id := fileID(kubeletSock); id != kubeletID || !p.socketsPresent() {
+				if id != "" {
+					logger.Info("Kubelet restarted: registering again")
+					p.stopPools()
+					if err := p.startPools(ctx); err != nil {
+						logger.Error(err, "Registering with the kubelet failed; retrying")
+						continue
+					}
+				}
+				kubeletID = id
+			}
+		case <-p.refreshCh:
+			p.refresh(ctx)
+		}
+	}
+}
+
+func fileID(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fmt.Sprintf("%d/%d", st.Ino, fi.ModTime().UnixNano())
+	}
+	return fi.ModTime().String()
+}
+
+func (p *Plugin) requestRefresh() {
+	select {
+	case p.refreshCh <- struct{}{}:
+	default:
+	}
+}
+
+// checkHealth reads the devices again: a device whose uncorrectable error counters rose, or
+// that disappeared, turns unhealthy; it is healthy again once its counters are back at or below
+// what they were when it was last healthy (a driver reset clears them) and it is present.
+func (p *Plugin) checkHealth(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	node, err := p.hw.Discover(ctx)
+	present := make([]bool, p.shape.Devices())
+	counts := make([]uint64, p.shape.Devices())
+	if err != nil {
+		logger.V(2).Info("Reading the Neuron devices failed", "err", err)
+		// Read what can be read: a missing device makes Discover fail as a whole.
+		node = p.discoverPartial(ctx)
+	}
+	if node != nil {
+		for _, d := range node.Devices {
+			if d.Index < len(present) {
+				present[d.Index] = true
+				counts[d.Index] = d.ErrorCount()
+			}
+		}
+	}
+	type change struct {
+		device  int
+		healthy bool
+		reason  string
+	}
+	var changes []change
+	p.mu.Lock()
+	for d := range p.unhealthy {
+		switch {
+		case !present[d] && !p.unhealthy[d]:
+			p.unhealthy[d] = true
+			changes = append(changes, change{d, false, "it is no longer reported by the Neuron driver"})
+		case present[d] && counts[d] > p.errCounts[d] && !p.unhealthy[d]:
+			p.unhealthy[d] = true
+			changes = append(changes, change{d, false, fmt.Sprintf("its uncorrectable error count rose from %d to %d", p.errCounts[d], counts[d])})
+		case present[d] && counts[d] <= p.errCounts[d] && p.unhealthy[d]:
+			p.unhealthy[d] = false
+			p.errCounts[d] = counts[d]
+			changes = append(changes, change{d, true, "it is present and its error counters no longer rise"})
+		case present[d] && !p.unhealthy[d]:
+			p.errCounts[d] = counts[d]
+		}
+	}
+	bad := 0
+	for _, u := range p.unhealthy {
+		if u {
+			bad++
+		}
+	}
+	p.mu.Unlock()
+	p.metrics.unhealthy.Set(float64(bad))
+	nodeRef := &corev1.ObjectReference{Kind: "Node", Name: p.o.NodeName, UID: types.UID(p.o.NodeName)}
+	for _, c := range changes {
+		cores := topology.FormatList(p.shape.CoresOf(c.device))
+		if c.healthy {
+			logger.Info("Neuron device healthy again", "device", c.device)
+			p.recorder.Eventf(nodeRef, corev1.EventTypeNormal, "NeuronDeviceHealthy", "Neuron device %d (/dev/neuron%d) is healthy again: %s; it and its cores %s are allocatable again", c.device, c.device, c.reason, cores)
+		} else {
+			logger.Info("Neuron device unhealthy", "device", c.device, "reason", c.reason)
+			p.recorder.Eventf(nodeRef, corev1.EventTypeWarning, "NeuronDeviceUnhealthy", "Neuron device %d (/dev/neuron%d) is unhealthy: %s. It and its cores %s are withdrawn from %s until it recovers; pods already using it keep it. Check the node with neuron-top or the Neuron driver's logs (dmesg | grep -i neuron)", c.device, c.device, c.reason, cores, strings.Join(Resources, ", "))
+		}
+	}
+}
+
+// discoverPartial reads the devices that are there when Discover fails as a whole.
+func (p *Plugin) discoverPartial(ctx context.Context) *neuron.Node {
+	s, ok := p.hw.(*neuron.Sysfs)
+	if !ok {
+		return nil
+	}
+	return s.DiscoverPresent(ctx)
+}
+
+// refresh recomputes the holdings, fixes allocation records that disagree with what the kubelet
+// runs, and pushes new health views to the kubelet.
+func (p *Plugin) refresh(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	podRes, podResErr := p.listPodResources(ctx)
+	if podResErr != nil {
+		logger.V(4).Info("The kubelet's PodResources API is not available", "err", podResErr)
+	}
+	pods, _ := p.pods.List(labelsEverything())
+	holdings, fixes := p.computeHoldings(pods, podRes, podResErr == nil)
+	for _, f := range fixes {
+		if err := p.fixRecord(ctx, f); err != nil {
+			logger.Error(err, "Updating an allocation record", "pod", f.pod)
+		}
+	}
+	p.mu.Lock()
+	p.holdings = holdings
+	views := map[string]map[string]string{}
+	changed := map[string]bool{}
+	for _, res := range Resources {
+		views[res] = Withdrawn(p.shape, res, p.unhealthy, holdings)
+		if !mapsEqual(views[res], p.lastHealth[res]) {
+			changed[res] = true
+			p.lastHealth[res] = views[res]
+		}
+	}
+	pools := p.pools
+	p.mu.Unlock()
+	for res := range changed {
+		logger.V(5).Info("Pool health changed", "resource", res, "withdrawn", len(views[res]))
+		if pl := pools[res]; pl != nil {
+			pl.notify()
+		}
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Plugin) listPodResources(ctx context.Context) ([]*podresv1.PodResources, error) {
+	if p.o.PodResourcesSocket == "" {
+		return nil, errors.New("no PodResources socket configured")
+	}
+	if _, err := os.Stat(p.o.PodResourcesSocket); err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient("unix://"+p.o.PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	rpcCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := podresv1.NewPodResourcesListerClient(conn).List(rpcCtx, &podresv1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return resp.PodResources, nil
+}
+
+// recordFix rewrites one container entry of a pod's allocation record to what runs.
+type recordFix struct {
+	pod       string
+	podUID    string
+	container string
+	resource  string
+	hw        topology.Allocation
+	served    bool
+}
+
+// computeHoldings derives what is in use from the kubelet's PodResources, the allocation records
+// of the node's pods and the Allocate answers not yet visible there.
+func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResources, podResOK bool) ([]Holding, []recordFix) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	type key struct{ ns, name string }
+	byName := map[key]*corev1.Pod{}
+	records := map[string]*allocation.Record{}
+	for _, pod := range pods {
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		byName[key{pod.Namespace, pod.Name}] = pod
+		if v, ok := pod.Annotations[allocation.Annotation]; ok {
+			if r, err := allocation.Parse(v); err == nil && r.Node == p.o.NodeName {
+				records[string(pod.UID)] = r
+			}
+		}
+	}
+	var holdings []Holding
+	var fixes []recordFix
+	covered := map[string]bool{} // podUID/container/resource held by the kubelet
+	seenServed := map[string]bool{}
+	for _, pr := range podRes {
+		pod := byName[key{pr.Namespace, pr.Name}]
+		if pod == nil {
+			continue
+		}
+		for _, c := range pr.Containers {
+			for _, d := range c.Devices {
+				if !slices.Contains(Resources, d.ResourceName) {
+					continue
+				}
+				ids := slices.Clone(d.DeviceIds)
+				sortIDs(ids)
+				skey := d.ResourceName + "|" + strings.Join(ids, ",")
+				var hw topology.Allocation
+				var err error
+				entry, haveServed := p.served[skey]
+				rec := records[string(pod.UID)]
+				var recC *allocation.Container
+				if rec != nil {
+					for i := range rec.Containers {
+						if rec.Containers[i].Name == c.Name && rec.Containers[i].Resource == d.ResourceName {
+							recC = &rec.Containers[i]
+						}
+					}
+				}
+				switch {
+				case haveServed:
+					hw = entry.hw
+					seenServed[skey] = true
+					entry.seen = true
+					p.served[skey] = entry
+					if recC != nil && (!recC.Served || !sameHardware(p.shape, *recC, hw)) {
+						fixes = append(fixes, recordFix{pod: pr.Namespace + "/" + pr.Name, podUID: string(pod.UID), container: c.Name, resource: d.ResourceName, hw: hw, served: true})
+					}
+				case recC != nil && recC.Served:
+					hw, err = recordHardware(p.shape, *recC)
+				default:
+					hw, err = hardwareOf(p.shape, d.ResourceName, ids)
+				}
+				if err != nil {
+					continue
+				}
+				covered[string(pod.UID)+"/"+c.Name+"/"+d.ResourceName] = true
+				holdings = append(holdings, Holding{Pod: pr.Namespace + "/" + pr.Name, PodUID: string(pod.UID), Container: c.Name, Resource: d.ResourceName, KubeletIDs: ids, Hardware: hw})
+			}
+		}
+	}
+	// Swap: a record fixed to hardware that another pod's record claims as served, while that
+	// other pod is not running on it, gives that pod the fixed pod's old hardware, unserved.
+	for _, f := range fixes {
+		oldRec := records[f.podUID]
+		var old *allocation.Container
+		for i := range oldRec.Containers {
+			if oldRec.Containers[i].Name == f.container && oldRec.Containers[i].Resource == f.resource {
+				old = &oldRec.Containers[i]
+			}
+		}
+		for uid, r := range records {
+			if uid == f.podUID {
+				continue
+			}
+			for _, c := range r.Containers {
+				if c.Resource == f.resource && c.Served && sameHardware(p.shape, c, f.hw) && !covered[uid+"/"+c.Name+"/"+c.Resource] && old != nil {
+					oldHW, err := recordHardware(p.shape, *old)
+					if err == nil {
+						pod := podByUID(pods, uid)
+						fixes = append(fixes, recordFix{pod: pod, podUID: uid, container: c.Name, resource: c.Resource, hw: oldHW, served: false})
+					}
+				}
+			}
+		}
+	}
+	fixed := map[string]recordFix{}
+	for _, f := range fixes {
+		fixed[f.podUID+"/"+f.container+"/"+f.resource] = f
+	}
+	for uid, r := range records {
+		for _, c := range r.Containers {
+			k := uid + "/" + c.Name + "/" + c.Resource
+			if covered[k] {
+				continue
+			}
+			hw, err := recordHardware(p.shape, c)
+			served := c.Served
+			if f, ok := fixed[k]; ok {
+				hw, served = f.hw, f.served
+			}
+			if err != nil {
+				continue
+			}
+			holdings = append(holdings, Holding{Pod: podByUID(pods, uid), PodUID: uid, Container: c.Name, Resource: c.Resource, Hardware: hw, Reserved: !served})
+		}
+	}
+	for k, e := range p.served {
+		if seenServed[k] {
+			continue
+		}
+		if e.seen && podResOK || now.Sub(e.at) > servedTTL || (podResOK && now.Sub(e.at) > 30*time.Second) {
+			delete(p.served, k)
+			continue
+		}
+		holdings = append(holdings, Holding{Pod: "(being admitted)", PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
+	}
+	for k, t := range p.inflight {
+		if now.Sub(t) > 30*time.Second {
+			delete(p.inflight, k)
+		}
+	}
+	return holdings, fixes
+}
+
+func podByUID(pods []*corev1.Pod, uid string) string {
+	for _, p := range pods {
+		if string(p.UID) == uid {
+			return p.Namespace + "/" + p.Name
+		}
+	}
+	return uid
+}
+
+func sameHardware(shape *topology.Shape, c allocation.Container, hw topology.Allocation) bool {
+	rhw, err := recordHardware(shape, c)
+	return err == nil && slices.Equal(rhw.Cores, hw.Cores) && slices.Equal(rhw.Devices, hw.Devices)
+}
+
+func sortIDs(ids []string) {
+	slices.SortFunc(ids, func(a, b string) int {
+		x, errA := strconv.Atoi(a)
+		y, errB := strconv.Atoi(b)
+		if errA != nil || errB != nil {
+			return strings.Compare(a, b)
+		}
+		return x - y
+	})
+}
+
+// Holdings returns the holdings of the last refresh (for tests and debugging).
+func (p *Plugin) Holdings() []Holding {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.holdings)
+}

@@ -1,0 +1,206 @@
+package deviceplugin
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// Holding is hardware in use, or reserved, and through which kubelet pool.
+type Holding struct {
+	// Pod is namespace/name of the pod, for messages.
+	Pod       string
+	PodUID    string
+	Container string
+	// Resource is the pool the container asks through.
+	Resource string
+	// KubeletIDs are the ids the kubelet holds for the container in that pool; nil when the
+	// kubelet holds none (not admitted yet, or not known).
+	KubeletIDs []string
+	// Hardware is what the container has (or will have).
+	Hardware topology.Allocation
+	// Reserved marks an extender allocation whose container the device plugin has not served
+	// yet: the hardware is promised, the kubelet has not handed out anything for it.
+	Reserved bool
+}
+
+// poolIDs returns the ids a pool advertises: devices for device pools, cores for the core pool.
+func poolIDs(shape *topology.Shape, resource string) []string {
+	n := shape.Devices()
+	if resource == topology.ResourceNeuronCore {
+		n = shape.Cores()
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = strconv.Itoa(i)
+	}
+	return out
+}
+
+// hardwareOf turns pool ids into hardware.
+func hardwareOf(shape *topology.Shape, resource string, ids []string) (topology.Allocation, error) {
+	nums := make([]int, 0, len(ids))
+	for _, id := range ids {
+		n, err := strconv.Atoi(id)
+		if err != nil {
+			return topology.Allocation{}, fmt.Errorf("device id %q of %s is not a number: this plugin names its ids 0, 1, 2 and so on", id, resource)
+		}
+		nums = append(nums, n)
+	}
+	if resource == topology.ResourceNeuronCore {
+		return shape.CoreAllocation(nums)
+	}
+	return shape.DeviceAllocation(nums)
+}
+
+// recordHardware turns a record's container entry into hardware.
+func recordHardware(shape *topology.Shape, c allocation.Container) (topology.Allocation, error) {
+	if c.Resource == topology.ResourceNeuronCore {
+		return shape.CoreAllocation(c.Cores)
+	}
+	return shape.DeviceAllocation(c.Devices)
+}
+
+// idsOf returns the pool ids of hardware.
+func idsOf(resource string, hw topology.Allocation) []string {
+	src := hw.Devices
+	if resource == topology.ResourceNeuronCore {
+		src = hw.Cores
+	}
+	out := make([]string, len(src))
+	for i, v := range src {
+		out[i] = strconv.Itoa(v)
+	}
+	return out
+}
+
+// Withdrawn returns, for one pool, the ids that must be reported unhealthy: ids of unhealthy
+// devices, and ids whose hardware overlaps a holding, except the ids the kubelet itself holds in
+// this pool and hardware reserved for a container that will be allocated through this pool.
+// Each withdrawn id maps to the reason, for logs and events.
+func Withdrawn(shape *topology.Shape, resource string, unhealthy []bool, holdings []Holding) map[string]string {
+	out := map[string]string{}
+	cpd := shape.CoresPerDevice
+	coreOwner := make([]string, shape.Cores())
+	for _, h := range holdings {
+		if h.Reserved && h.Resource == resource {
+			continue
+		}
+		for _, c := range h.Hardware.Cores {
+			if c >= 0 && c < len(coreOwner) && coreOwner[c] == "" {
+				coreOwner[c] = fmt.Sprintf("in use by %s (container %s, %s)", h.Pod, h.Container, h.Resource)
+			}
+		}
+	}
+	own := map[string]bool{}
+	for _, h := range holdings {
+		if h.Resource == resource {
+			for _, id := range h.KubeletIDs {
+				own[id] = true
+			}
+		}
+	}
+	for _, id := range poolIDs(shape, resource) {
+		n, _ := strconv.Atoi(id)
+		cores := []int{n}
+		device := n / cpd
+		if resource != topology.ResourceNeuronCore {
+			cores = shape.CoresOf(n)
+			device = n
+		}
+		if device < len(unhealthy) && unhealthy[device] {
+			out[id] = fmt.Sprintf("device %d is unhealthy", device)
+			continue
+		}
+		if own[id] {
+			continue
+		}
+		for _, c := range cores {
+			if coreOwner[c] != "" {
+				out[id] = coreOwner[c]
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Conflicts returns the holdings, other than those of the pod podUID, whose hardware overlaps hw.
+func Conflicts(hw topology.Allocation, podUID string, holdings []Holding) []Holding {
+	var out []Holding
+	for _, h := range holdings {
+		if h.PodUID == podUID {
+			continue
+		}
+		for _, c := range h.Hardware.Cores {
+			if slices.Contains(hw.Cores, c) {
+				out = append(out, h)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Candidate is an unserved container entry of an extender allocation record.
+type Candidate struct {
+	Pod       string // namespace/name
+	PodUID    string
+	AllocTime int64
+	Created   int64 // unix nanoseconds
+	Container allocation.Container
+	Index     int // position in the record
+}
+
+// Match chooses the container an Allocate (or GetPreferredAllocation) call for count ids of
+// resource is for: among unserved entries of the same resource and count, the oldest
+// NEURON_ALLOC_TIME first, then the oldest pod, then by name and container order. skip lists
+// "podUID/container" entries already taken by calls in flight.
+func Match(cands []Candidate, resource string, count int, skip map[string]bool) (Candidate, bool) {
+	var fit []Candidate
+	for _, c := range cands {
+		if c.Container.Resource == resource && !c.Container.Served && c.Container.Count() == count && !skip[c.PodUID+"/"+c.Container.Name] {
+			fit = append(fit, c)
+		}
+	}
+	if len(fit) == 0 {
+		return Candidate{}, false
+	}
+	sort.SliceStable(fit, func(i, j int) bool {
+		a, b := fit[i], fit[j]
+		if a.AllocTime != b.AllocTime {
+			return a.AllocTime < b.AllocTime
+		}
+		if a.Created != b.Created {
+			return a.Created < b.Created
+		}
+		if a.Pod != b.Pod {
+			return a.Pod < b.Pod
+		}
+		return a.Index < b.Index
+	})
+	return fit[0], true
+}
+
+// describe lists candidates for error messages.
+func describe(cands []Candidate, resource string) string {
+	var parts []string
+	for _, c := range cands {
+		if c.Container.Resource == resource {
+			state := "waiting"
+			if c.Container.Served {
+				state = "served"
+			}
+			parts = append(parts, fmt.Sprintf("%s/%s (%d, %s)", c.Pod, c.Container.Name, c.Container.Count(), state))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,205 @@
+package deviceplugin
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+func trn1(t testing.TB) *topology.Shape {
+	t.Helper()
+	it, _ := topology.DefaultCatalog().Lookup("trn1.32xlarge")
+	s, err := topology.NewShape(it, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func hw(t testing.TB, s *topology.Shape, res string, ids ...string) topology.Allocation {
+	t.Helper()
+	a, err := hardwareOf(s, res, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestWithdrawn(t *testing.T) {
+	s := trn1(t)
+	const (
+		dev  = topology.ResourceNeuron
+		alt  = topology.ResourceNeuronDevice
+		core = topology.ResourceNeuronCore
+	)
+	tests := []struct {
+		name      string
+		holdings  []Holding
+		unhealthy []int
+		want      map[string][]string // resource -> withdrawn ids
+	}{
+		{name: "nothing", want: map[string][]string{dev: nil, alt: nil, core: nil}},
+		{
+			name:     "a device through neuron",
+			holdings: []Holding{{Pod: "a", Resource: dev, KubeletIDs: []string{"3"}, Hardware: hw(t, s, dev, "3")}},
+			want:     map[string][]string{dev: nil, alt: {"3"}, core: {"6", "7"}},
+		},
+		{
+			name:     "a core makes its device unavailable whole",
+			holdings: []Holding{{Pod: "a", Resource: core, KubeletIDs: []string{"9"}, Hardware: hw(t, s, core, "9")}},
+			want:     map[string][]string{dev: {"4"}, alt: {"4"}, core: nil},
+		},
+		{
+			name: "extender record served on other hardware than the kubelet's ids",
+			holdings: []Holding{{Pod: "a", Resource: dev, KubeletIDs: []string{"0"}, Hardware: hw(t, s, dev, "8")}},
+			// the kubelet holds id 0 of neuron; the container runs on device 8
+			want: map[string][]string{dev: {"8"}, alt: {"8"}, core: {"16", "17"}},
+		},
+		{
+			name:     "reserved for a pod waiting to be admitted through the same pool",
+			holdings: []Holding{{Pod: "a", Resource: dev, Hardware: hw(t, s, dev, "4", "5", "6", "7"), Reserved: true}},
+			want:     map[string][]string{dev: nil, alt: {"4", "5", "6", "7"}, core: {"8", "9", "10", "11", "12", "13", "14", "15"}},
+		},
+		{
+			name:      "unhealthy device",
+			unhealthy: []int{2},
+			want:      map[string][]string{dev: {"2"}, alt: {"2"}, core: {"4", "5"}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := make([]bool, s.Devices())
+			for _, d := range tc.unhealthy {
+				bad[d] = true
+			}
+			for res, want := range tc.want {
+				got := slices.Collect(maps.Keys(Withdrawn(s, res, bad, tc.holdings)))
+				sortIDs(got)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s: withdrawn %v, want %v", res, got, want)
+				}
+			}
+		})
+	}
+	reasons := Withdrawn(s, topology.ResourceNeuronCore, make([]bool, 16), []Holding{{Pod: "ns/p", Container: "c", Resource: dev, KubeletIDs: []string{"1"}, Hardware: hw(t, s, dev, "1")}})
+	if !strings.Contains(reasons["2"], "in use by ns/p (container c, aws.amazon.com/neuron)") {
+		t.Errorf("reason %q", reasons["2"])
+	}
+}
+
+func TestMatch(t *testing.T) {
+	c := func(pod string, alloc, created int64, name, res string, n int, served bool) Candidate {
+		ctr := allocation.Container{Name: name, Resource: res, Served: served}
+		for i := range n {
+			if res == topology.ResourceNeuronCore {
+				ctr.Cores = append(ctr.Cores, i)
+			} else {
+				ctr.Devices = append(ctr.Devices, i)
+			}
+		}
+		return Candidate{Pod: pod, PodUID: pod, AllocTime: alloc, Created: created, Container: ctr}
+	}
+	cands := []Candidate{
+		c("ns/late", 300, 1, "app", topology.ResourceNeuron, 4, false),
+		c("ns/early", 100, 3, "app", topology.ResourceNeuron, 4, false),
+		c("ns/served", 50, 1, "app", topology.ResourceNeuron, 4, true),
+		c("ns/cores", 10, 1, "app", topology.ResourceNeuronCore, 4, false),
+		c("ns/small", 10, 1, "app", topology.ResourceNeuron, 1, false),
+	}
+	got, ok := Match(cands, topology.ResourceNeuron, 4, nil)
+	if !ok || got.Pod != "ns/early" {
+		t.Errorf("got %v %v, want the oldest NEURON_ALLOC_TIME unserved 4-device entry (ns/early)", got.Pod, ok)
+	}
+	got, ok = Match(cands, topology.ResourceNeuron, 4, map[string]bool{"ns/early/app": true})
+	if !ok || got.Pod != "ns/late" {
+		t.Errorf("with ns/early in flight: got %v", got.Pod)
+	}
+	if _, ok := Match(cands, topology.ResourceNeuronDevice, 4, nil); ok {
+		t.Error("a neurondevice call matched a neuron entry")
+	}
+	if _, ok := Match(cands, topology.ResourceNeuron, 2, nil); ok {
+		t.Error("a 2-device call matched a 4-device entry")
+	}
+	if got, _ := Match(cands, topology.ResourceNeuronCore, 4, nil); got.Pod != "ns/cores" {
+		t.Errorf("cores: %v", got.Pod)
+	}
+}
+
+func TestConflicts(t *testing.T) {
+	s := trn1(t)
+	holdings := []Holding{
+		{Pod: "ns/a", PodUID: "a", Resource: topology.ResourceNeuron, Hardware: hw(t, s, topology.ResourceNeuron, "0", "1", "2", "3")},
+		{Pod: "ns/b", PodUID: "b", Resource: topology.ResourceNeuronCore, Hardware: hw(t, s, topology.ResourceNeuronCore, "9")},
+	}
+	if got := Conflicts(hw(t, s, topology.ResourceNeuron, "4"), "x", holdings); len(got) != 1 || got[0].Pod != "ns/b" {
+		t.Errorf("device 4 vs core 9: %v", got)
+	}
+	if got := Conflicts(hw(t, s, topology.ResourceNeuron, "0", "1", "2", "3"), "a", holdings); len(got) != 0 {
+		t.Errorf("a pod does not conflict with itself: %v", got)
+	}
+	if got := Conflicts(hw(t, s, topology.ResourceNeuron, "12"), "x", holdings); len(got) != 0 {
+		t.Errorf("free device: %v", got)
+	}
+}
+
+func TestResponse(t *testing.T) {
+	s := trn1(t)
+	r := response(topology.UnitDevice, hw(t, s, topology.ResourceNeuron, "4", "5"))
+	if r.Envs["NEURON_RT_VISIBLE_CORES"] != "8,9,10,11" || r.Envs["AWS_NEURON_VISIBLE_DEVICES"] != "4,5" {
+		t.Errorf("envs %v", r.Envs)
+	}
+	if len(r.Devices) != 2 || r.Devices[0].HostPath != "/dev/neuron4" || r.Devices[1].ContainerPath != "/dev/neuron5" || r.Devices[0].Permissions != "rw" {
+		t.Errorf("devices %v", r.Devices)
+	}
+	r = response(topology.UnitCore, hw(t, s, topology.ResourceNeuronCore, "3", "4"))
+	if r.Envs["NEURON_RT_VISIBLE_CORES"] != "3,4" || r.Envs["AWS_NEURON_VISIBLE_DEVICES"] != "" || len(r.Devices) != 2 {
+		t.Errorf("core response %v %v", r.Envs, r.Devices)
+	}
+}
+
+func TestHardwareOfErrors(t *testing.T) {
+	s := trn1(t)
+	for _, tc := range []struct {
+		res string
+		ids []string
+		msg string
+	}{
+		{topology.ResourceNeuron, []string{"neuron0"}, "is not a number"},
+		{topology.ResourceNeuron, []string{"16"}, "does not exist"},
+		{topology.ResourceNeuronCore, []string{"32"}, "does not exist"},
+		{topology.ResourceNeuron, []string{"1", "1"}, "listed twice"},
+	} {
+		if _, err := hardwareOf(s, tc.res, tc.ids); err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%v: %v", tc.ids, err)
+		}
+	}
+}
+
+// FuzzKubeletIDs feeds arbitrary kubelet ids to the id decoding Allocate uses: it never panics,
+// and what it accepts is hardware of the node.
+func FuzzKubeletIDs(f *testing.F) {
+	s := trn1(f)
+	f.Add("0,1,2,3", true)
+	f.Add("31", false)
+	f.Add("-1", true)
+	f.Add("99999999999999999999", false)
+	f.Fuzz(func(t *testing.T, list string, devices bool) {
+		res := topology.ResourceNeuronCore
+		if devices {
+			res = topology.ResourceNeuron
+		}
+		a, err := hardwareOf(s, res, strings.Split(list, ","))
+		if err != nil {
+			return
+		}
+		for _, c := range a.Cores {
+			if c < 0 || c >= s.Cores() {
+				t.Fatalf("%q gave core %d", list, c)
+			}
+		}
+	})
+}
