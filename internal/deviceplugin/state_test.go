@@ -54,7 +54,7 @@ func TestWithdrawn(t *testing.T) {
 			want:     map[string][]string{dev: {"4"}, alt: {"4"}, core: nil},
 		},
 		{
-			name: "extender record served on other hardware than the kubelet's ids",
+			name:     "extender record served on other hardware than the kubelet's ids",
 			holdings: []Holding{{Pod: "a", Resource: dev, KubeletIDs: []string{"0"}, Hardware: hw(t, s, dev, "8")}},
 			// the kubelet holds id 0 of neuron; the container runs on device 8
 			want: map[string][]string{dev: {"8"}, alt: {"8"}, core: {"16", "17"}},
