@@ -138,15 +138,15 @@ func (p *widgetPlugin) setHealth(id, health string) {
 	p.updates <- struct{}{}
 }
 
-func (p *widgetPlugin) serve(t *testing.T, dir, resourceName string) {
+// servePlugin serves a device plugin on socket in dir and registers it with the kubelet there.
+func servePlugin(t *testing.T, dir, socket, resourceName string, impl pluginapi.DevicePluginServer, opts *pluginapi.DevicePluginOptions) {
 	t.Helper()
-	sock := filepath.Join(dir, "widget.sock")
-	lis, err := net.Listen("unix", sock)
+	lis, err := net.Listen("unix", filepath.Join(dir, socket))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(srv, p)
+	pluginapi.RegisterDevicePluginServer(srv, impl)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -155,8 +155,7 @@ func (p *widgetPlugin) serve(t *testing.T, dir, resourceName string) {
 	}
 	defer conn.Close()
 	if _, err := pluginapi.NewRegistrationClient(conn).Register(context.Background(), &pluginapi.RegisterRequest{
-		Version: pluginapi.Version, Endpoint: "widget.sock", ResourceName: resourceName,
-		Options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
+		Version: pluginapi.Version, Endpoint: socket, ResourceName: resourceName, Options: opts,
 	}); err != nil {
 		t.Fatalf("Register: %v", err)
 	}
@@ -178,7 +177,7 @@ func TestDevicePluginHandshake(t *testing.T) {
 	for i := range 4 {
 		p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprint(i), Health: pluginapi.Healthy})
 	}
-	p.serve(t, node.DevicePluginDir(), res)
+	servePlugin(t, node.DevicePluginDir(), "widget.sock", res, p, &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true})
 	if err := framework.L.WaitForNodeResource(ctx, "inf2-a", res, 4, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -248,25 +247,12 @@ func TestDevicePluginAllocateFailureRejectsPod(t *testing.T) {
 	node := framework.L.Simulator().Node("trn1-a")
 	const res = "example.com/broken"
 	p := &failingPlugin{widgetPlugin: widgetPlugin{updates: make(chan struct{}, 1), devices: []*pluginapi.Device{{ID: "0", Health: pluginapi.Healthy}}}}
-	sock := filepath.Join(node.DevicePluginDir(), "broken.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(srv, p)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, _ := grpc.NewClient("unix://"+filepath.Join(node.DevicePluginDir(), "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	defer conn.Close()
-	if _, err := pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "broken.sock", ResourceName: res}); err != nil {
-		t.Fatal(err)
-	}
+	servePlugin(t, node.DevicePluginDir(), "broken.sock", res, p, nil)
 	if err := framework.L.WaitForNodeResource(ctx, "trn1-a", res, 1, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	ns := framework.CreateNamespace(t, ctx)
-	_, err = client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+	_, err := client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "broken", Namespace: ns},
 		Spec: corev1.PodSpec{Tolerations: tolerateNeuron(), Containers: []corev1.Container{{Name: "app", Image: "busybox",
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{res: resource.MustParse("1")}}}}},

@@ -1,0 +1,109 @@
+package allocation
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// Holder is a pod's container holding part of a node.
+type Holder struct {
+	Namespace, Name, UID string
+	Container            Container
+	Hardware             topology.Allocation
+}
+
+// Counts reports whether a pod's record counts against its node: from the moment the extender
+// wrote it (bound or not yet bound) until the pod terminates.
+func Counts(pod *corev1.Pod) bool {
+	return pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// RecordOf returns the pod's allocation record, nil when it has none; a malformed record is an
+// error that names the pod.
+func RecordOf(pod *corev1.Pod) (*Record, error) {
+	v, ok := pod.Annotations[Annotation]
+	if !ok {
+		return nil, nil
+	}
+	r, err := Parse(v)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return r, nil
+}
+
+// AllocTimeOf returns NEURON_ALLOC_TIME, or the largest value when it is missing or malformed.
+func AllocTimeOf(pod *corev1.Pod) int64 {
+	t, err := strconv.ParseInt(pod.Annotations[AllocTime], 10, 64)
+	if err != nil {
+		return 1<<63 - 1
+	}
+	return t
+}
+
+// NodeUsage derives what is in use on one node from the allocation records of pods: every
+// container entry of every pod whose record names the node and that has not terminated. Entries
+// are applied oldest NEURON_ALLOC_TIME first; an entry that does not fit the node, or overlaps
+// an earlier one, is not applied and comes back as a problem (it can only come from a record
+// written by hand or by another tool).
+func NodeUsage(shape *topology.Shape, node string, pods []*corev1.Pod) (*topology.Usage, []Holder, []error) {
+	type entry struct {
+		pod  *corev1.Pod
+		t    int64
+		c    Container
+		pidx int
+	}
+	var entries []entry
+	var problems []error
+	for _, pod := range pods {
+		if !Counts(pod) {
+			continue
+		}
+		r, err := RecordOf(pod)
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		if r == nil || r.Node != node {
+			continue
+		}
+		for i, c := range r.Containers {
+			entries = append(entries, entry{pod: pod, t: AllocTimeOf(pod), c: c, pidx: i})
+		}
+	}
+	sort.SliceStable(entries, func(i, j int) bool {
+		a, b := entries[i], entries[j]
+		if a.t != b.t {
+			return a.t < b.t
+		}
+		if a.pod.Namespace+"/"+a.pod.Name != b.pod.Namespace+"/"+b.pod.Name {
+			return a.pod.Namespace+"/"+a.pod.Name < b.pod.Namespace+"/"+b.pod.Name
+		}
+		return a.pidx < b.pidx
+	})
+	u := topology.NewUsage(shape)
+	var holders []Holder
+	for _, e := range entries {
+		var hw topology.Allocation
+		var err error
+		if e.c.Resource == topology.ResourceNeuronCore {
+			hw, err = shape.CoreAllocation(e.c.Cores)
+		} else {
+			hw, err = shape.DeviceAllocation(e.c.Devices)
+		}
+		if err == nil {
+			err = u.Allocate(hw)
+		}
+		if err != nil {
+			problems = append(problems, fmt.Errorf("pod %s/%s container %s: %w", e.pod.Namespace, e.pod.Name, e.c.Name, err))
+			continue
+		}
+		holders = append(holders, Holder{Namespace: e.pod.Namespace, Name: e.pod.Name, UID: string(e.pod.UID), Container: e.c, Hardware: hw})
+	}
+	return u, holders, problems
+}
