@@ -68,11 +68,11 @@ func TestSeedInstallCommands(t *testing.T) {
 	}, {
 		name: "(c) scheduler extender with a second scheduler",
 		sets: []string{"scheduler.enabled=true", "npd.enabled=false"},
-		want: objects(devicePluginObjects), // the extender is not in the chart yet
+		want: objects(devicePluginObjects, extenderObjects, pdbObjects, mySchedulerObjects), // checked in TestSchedulerSeedInstallCommands
 	}, {
 		name: "(d) scheduler extender with the default scheduler",
 		sets: []string{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true", "npd.enabled=false"},
-		want: objects(devicePluginObjects),
+		want: objects(devicePluginObjects, extenderObjects, pdbObjects, defaultSchedulerObjects),
 	}, {
 		name: "(e) DRA driver instead of the device plugin",
 		sets: []string{"devicePlugin.enabled=false", "npd.enabled=false", "draDriver.enabled=true"},
@@ -614,10 +614,10 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 	})
 }
 
-// TestPlannedComponentsRenderNothing: scheduler and autoscaler are accepted but not in the chart yet.
+// TestPlannedComponentsRenderNothing: the autoscaler is accepted but not in the chart yet.
 func TestPlannedComponentsRenderNothing(t *testing.T) {
 	t.Parallel()
-	m := render(t, "devicePlugin.enabled=false", "npd.enabled=false", "scheduler.enabled=true", "autoscaler.enabled=true")
+	m := render(t, "devicePlugin.enabled=false", "npd.enabled=false", "autoscaler.enabled=true")
 	if len(m) != 0 {
 		t.Errorf("rendered %q, want nothing", m.names())
 	}

@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -124,12 +125,17 @@ type manifest []object
 // newTypes maps apiVersion and kind to a constructor of the API type. A kind the chart starts to
 // render must be added here, so the tests notice it.
 var newTypes = map[string]func() any{
-	"v1 Namespace":      func() any { return &corev1.Namespace{} },
-	"v1 ServiceAccount": func() any { return &corev1.ServiceAccount{} },
-	"v1 ConfigMap":      func() any { return &corev1.ConfigMap{} },
-	"apps/v1 DaemonSet": func() any { return &appsv1.DaemonSet{} },
+	"v1 Namespace":                                    func() any { return &corev1.Namespace{} },
+	"v1 ServiceAccount":                               func() any { return &corev1.ServiceAccount{} },
+	"v1 ConfigMap":                                    func() any { return &corev1.ConfigMap{} },
+	"v1 Service":                                      func() any { return &corev1.Service{} },
+	"apps/v1 DaemonSet":                               func() any { return &appsv1.DaemonSet{} },
+	"apps/v1 Deployment":                              func() any { return &appsv1.Deployment{} },
+	"policy/v1 PodDisruptionBudget":                   func() any { return &policyv1.PodDisruptionBudget{} },
 	"rbac.authorization.k8s.io/v1 ClusterRole":        func() any { return &rbacv1.ClusterRole{} },
 	"rbac.authorization.k8s.io/v1 ClusterRoleBinding": func() any { return &rbacv1.ClusterRoleBinding{} },
+	"rbac.authorization.k8s.io/v1 Role":               func() any { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1 RoleBinding":        func() any { return &rbacv1.RoleBinding{} },
 	"resource.k8s.io/v1 DeviceClass":                  func() any { return &resourcev1.DeviceClass{} },
 }
 

@@ -51,7 +51,7 @@ func TestNotes(t *testing.T) {
 		coreCols     = `kubectl get nodes "-o=custom-columns=NAME:.metadata.name,NeuronCore:.status.allocatable.aws\.amazon\.com/neuroncore"`
 		checkNPD     = "kubectl get ds node-problem-detector -n neuron-healthcheck-system"
 		checkDC      = "kubectl get deviceclass neuron.aws.com"
-		notYet       = "the neuron-scheduler-extender is not in this chart version yet"
+		extender     = "kubectl get deploy,svc k8s-neuron-scheduler -n kube-system"
 		autoscaleYet = "the neuron-autoscaler is not in this chart version yet"
 	)
 	for _, tc := range []struct {
@@ -59,9 +59,9 @@ func TestNotes(t *testing.T) {
 		sets      []string
 		want, not []string
 	}{
-		{"defaults", nil, []string{checkDS, neuronCols, coreCols, checkNPD}, []string{checkDC, notYet}},
+		{"defaults", nil, []string{checkDS, neuronCols, coreCols, checkNPD}, []string{checkDC, extender}},
 		{"device plugin only", []string{"npd.enabled=false"}, []string{checkDS, neuronCols, coreCols}, []string{checkNPD, checkDC}},
-		{"scheduler", []string{"scheduler.enabled=true", "npd.enabled=false"}, []string{checkDS, notYet}, []string{checkNPD}},
+		{"scheduler", []string{"scheduler.enabled=true", "npd.enabled=false"}, []string{checkDS, extender}, []string{checkNPD}},
 		{"DRA", []string{"devicePlugin.enabled=false", "npd.enabled=false", "draDriver.enabled=true"}, []string{checkDC}, []string{checkDS, checkNPD}},
 		{"autoscaler", []string{"autoscaler.enabled=true"}, []string{autoscaleYet}, nil},
 	} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,7 +49,36 @@ type Options struct {
 const (
 	// ComponentDevicePlugin runs neuron-device-plugin on every node in device-plugin mode.
 	ComponentDevicePlugin = "neuron-device-plugin"
+	// ComponentExtender runs neuron-scheduler-extender and a second kube-scheduler, my-scheduler,
+	// that calls it (the EKS way: pods opt in with schedulerName: my-scheduler).
+	ComponentExtender = "neuron-scheduler-extender"
+	// CustomSchedulerName is the second scheduler's name.
+	CustomSchedulerName = "my-scheduler"
 )
+
+// ExtenderSchedulerConfig is my-scheduler's KubeSchedulerConfiguration for an extender at url;
+// the Helm chart renders the same.
+func ExtenderSchedulerConfig(url string) []byte {
+	return []byte(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: ` + CustomSchedulerName + `
+extenders:
+- urlPrefix: ` + url + `
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  bindVerb: bind
+  weight: 10
+  enableHTTPS: false
+  nodeCacheCapable: true
+  httpTimeout: 30s
+  ignorable: false
+  managedResources:
+  - {name: aws.amazon.com/neuron, ignoredByScheduler: false}
+  - {name: aws.amazon.com/neuroncore, ignoredByScheduler: false}
+  - {name: aws.amazon.com/neurondevice, ignoredByScheduler: false}
+`)
+}
 
 // Lab is a running control plane with its simulated fleet.
 type Lab struct {
@@ -59,8 +89,10 @@ type Lab struct {
 	specs     []NodeSpec
 	opts      Options
 
-	mu         sync.Mutex
-	components map[string][]*Process // node -> its component processes
+	mu          sync.Mutex
+	components  map[string][]*Process // node -> its component processes
+	extender    *Process
+	extenderURL string
 }
 
 // AddNode adds a simulated node and starts the per-node components that serve its mode.
@@ -101,7 +133,11 @@ func (l *Lab) startComponent(name, node string, args []string) (*Process, error)
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("component %s: %w (run make build)", name, err)
 	}
-	p, err := StartProcess(ProcessOptions{Name: name + "-" + node, Path: path, Args: args, LogPath: l.cp.LogPath(name + "-" + node)})
+	pname := name
+	if node != "" {
+		pname += "-" + node
+	}
+	p, err := StartProcess(ProcessOptions{Name: pname, Path: path, Args: args, LogPath: l.cp.LogPath(pname)})
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +146,67 @@ func (l *Lab) startComponent(name, node string, args []string) (*Process, error)
 		return nil, err
 	}
 	return p, nil
+}
+
+// startExtender runs neuron-scheduler-extender on a free port of 127.0.0.1 and my-scheduler.
+func (l *Lab) startExtender(ctx context.Context) error {
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	l.extenderURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	p, err := l.startComponent(ComponentExtender, "", []string{
+		"--kubeconfig=" + l.cp.Kubeconfig(), "--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", ports[0]),
+		"--lease-namespace=kube-system", fmt.Sprintf("-v=%d", l.opts.Verbosity),
+	})
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.extender = p
+	l.mu.Unlock()
+	if err := waitHTTP(ctx, l.extenderURL+"/readyz", 30*time.Second); err != nil {
+		return fmt.Errorf("%s never became ready: %w\n%s", ComponentExtender, err, LogTail(p.LogPath(), 20))
+	}
+	return l.cp.StartScheduler(ctx, CustomSchedulerName, ExtenderSchedulerConfig(l.extenderURL))
+}
+
+// RestartExtender stops the extender and starts it again on the same port (my-scheduler keeps
+// calling the same URL).
+func (l *Lab) RestartExtender(ctx context.Context) error {
+	l.mu.Lock()
+	p := l.extender
+	l.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("the lab runs no extender")
+	}
+	if err := p.Stop(StopGrace(StopOrderComponent)); err != nil {
+		return err
+	}
+	_ = RemoveFromState(l.cp.Dir(), p.PID())
+	np, err := l.startComponent(ComponentExtender, "", p.args)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.extender = np
+	l.mu.Unlock()
+	return waitHTTP(ctx, l.extenderURL+"/readyz", 30*time.Second)
+}
+
+// ExtenderURL is the extender's URL, "" when it does not run.
+func (l *Lab) ExtenderURL() string { return l.extenderURL }
+
+func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
 }
 
 // Component returns the processes of the components running for a node.
@@ -164,6 +261,11 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 			return fail(err)
 		}
 	}
+	if slices.Contains(o.Components, ComponentExtender) {
+		if err := l.startExtender(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	for _, m := range o.Manifests {
 		if _, err := ApplyFile(ctx, cp.RESTConfig(), "kube-neuron-lab", m, metav1.NamespaceSystem); err != nil {
 			return fail(err)
@@ -184,6 +286,13 @@ func (l *Lab) Stop() error {
 		for _, p := range ps {
 			err = errors.Join(err, p.Stop(StopGrace(StopOrderComponent)))
 		}
+	}
+	l.mu.Lock()
+	ext := l.extender
+	l.extender = nil
+	l.mu.Unlock()
+	if ext != nil {
+		err = errors.Join(err, ext.Stop(StopGrace(StopOrderComponent)))
 	}
 	if l.sim != nil {
 		l.sim.Stop()

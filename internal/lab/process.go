@@ -40,6 +40,7 @@ type ProcessOptions struct {
 type Process struct {
 	name    string
 	path    string
+	args    []string
 	logPath string
 	cmd     *exec.Cmd
 
@@ -95,7 +96,7 @@ func StartProcess(o ProcessOptions) (*Process, error) {
 		_ = out.Close()
 		return nil, fmt.Errorf("start process %s (%s): %w", o.Name, path, err)
 	}
-	p := &Process{name: o.Name, path: path, logPath: o.LogPath, cmd: cmd, exited: make(chan struct{})}
+	p := &Process{name: o.Name, path: path, args: slices.Clone(o.Args), logPath: o.LogPath, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		p.exitErr = cmd.Wait()
 		_ = out.Close()

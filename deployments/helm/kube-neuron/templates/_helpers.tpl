@@ -61,6 +61,92 @@ app.kubernetes.io/component: dra-driver
 {{- end -}}
 
 {{/*
+Scheduler extender: selector labels (immutable once installed) and the full label set.
+*/}}
+{{- define "kube-neuron.scheduler.selectorLabels" -}}
+app.kubernetes.io/name: neuron-scheduler-extender
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kube-neuron.scheduler.labels" -}}
+{{ include "kube-neuron.labels" . }}
+app.kubernetes.io/name: neuron-scheduler-extender
+app.kubernetes.io/component: scheduler-extender
+{{- end -}}
+
+{{/*
+my-scheduler, the second scheduler that calls the extender.
+*/}}
+{{- define "kube-neuron.myScheduler.selectorLabels" -}}
+app.kubernetes.io/name: my-scheduler
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kube-neuron.myScheduler.labels" -}}
+{{ include "kube-neuron.labels" . }}
+app.kubernetes.io/name: my-scheduler
+app.kubernetes.io/component: scheduler
+{{- end -}}
+
+{{/*
+The extenders block of a KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) that
+registers the extender at urlPrefix. Takes (dict "urlPrefix" URL "weight" N).
+*/}}
+{{- define "kube-neuron.scheduler.extenders" -}}
+extenders:
+  - urlPrefix: {{ .urlPrefix }}
+    filterVerb: filter
+    prioritizeVerb: prioritize
+    bindVerb: bind
+    weight: {{ int .weight }}
+    enableHTTPS: false
+    nodeCacheCapable: true
+    httpTimeout: 30s
+    ignorable: false
+    managedResources:
+      - name: aws.amazon.com/neuron
+        ignoredByScheduler: false
+      - name: aws.amazon.com/neuroncore
+        ignoredByScheduler: false
+      - name: aws.amazon.com/neurondevice
+        ignoredByScheduler: false
+{{- end -}}
+
+{{/*
+my-scheduler's KubeSchedulerConfiguration: the extender through its Service.
+*/}}
+{{- define "kube-neuron.myScheduler.config" -}}
+{{- $s := .Values.scheduler -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - schedulerName: my-scheduler
+{{ include "kube-neuron.scheduler.extenders" (dict "urlPrefix" (printf "http://k8s-neuron-scheduler.%s.svc.cluster.local:%d" $s.namespace (int $s.port)) "weight" $s.extenderWeight) }}
+leaderElection:
+  leaderElect: true
+  resourceNamespace: {{ $s.namespace }}
+  resourceName: my-scheduler
+{{- end -}}
+
+{{/*
+The default scheduler's KubeSchedulerConfiguration: the extender through its NodePort on the
+control-plane node kube-scheduler runs on.
+*/}}
+{{- define "kube-neuron.defaultScheduler.config" -}}
+{{- $s := .Values.scheduler -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+# With --config, kube-scheduler ignores --kubeconfig and the --leader-elect flags.
+clientConnection:
+  kubeconfig: {{ $s.defaultScheduler.kubeconfig }}
+leaderElection:
+  leaderElect: true
+profiles:
+  - schedulerName: default-scheduler
+{{ include "kube-neuron.scheduler.extenders" (dict "urlPrefix" (printf "http://127.0.0.1:%d" (int $s.defaultScheduler.nodePort)) "weight" $s.extenderWeight) }}
+{{- end -}}
+
+{{/*
 Fails rendering on contradictory values. validate.yaml includes it, so every render runs it.
 */}}
 {{- define "kube-neuron.validate" -}}
@@ -69,5 +155,8 @@ Fails rendering on contradictory values. validate.yaml includes it, so every ren
 {{- end -}}
 {{- if and .Values.scheduler.customScheduler.enabled .Values.scheduler.defaultScheduler.enabled -}}
 {{- fail "scheduler.customScheduler.enabled and scheduler.defaultScheduler.enabled are both true: the scheduler extender registers with one scheduler. Set --set scheduler.customScheduler.enabled=false to use the default scheduler, or leave scheduler.defaultScheduler.enabled=false to use the second scheduler my-scheduler." -}}
+{{- end -}}
+{{- if and .Values.scheduler.enabled (not .Values.devicePlugin.enabled) (not .Values.devicePlugin.allowWithDRA) (not .Values.scheduler.allowWithoutDevicePlugin) -}}
+{{- fail "scheduler.enabled is true and devicePlugin.enabled is false: the scheduler extender needs the device plugin, which serves the allocation the extender writes on each pod. Leave devicePlugin.enabled=true, or set scheduler.allowWithoutDevicePlugin=true if another component runs kube-neuron's device plugin." -}}
 {{- end -}}
 {{- end -}}

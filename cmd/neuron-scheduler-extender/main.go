@@ -1,0 +1,74 @@
+// Command neuron-scheduler-extender is the kube-scheduler HTTP extender for AWS Neuron:
+// topology-aware filter, prioritize and bind.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-neuron/kube-neuron/internal/extender"
+	"github.com/kube-neuron/kube-neuron/internal/flagenv"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+func main() {
+	var o extender.Options
+	var kubeconfig, policy, catalog, bind string
+	var port int
+	fs := pflag.NewFlagSet("neuron-scheduler-extender", pflag.ExitOnError)
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.IntVar(&port, "port", 12345, "port of the extender's HTTP server (filter, prioritize, bind, /healthz, /readyz, /metrics)")
+	fs.StringVar(&bind, "bind-address", "", "address to listen on; all addresses when empty")
+	fs.StringVar(&policy, "policy", string(topology.BestFit), "placement policy: best-fit or first-fit")
+	fs.StringVar(&o.LeaseNamespace, "lease-namespace", "kube-system", "namespace of the per-node bind Leases (kube-neuron-bind-<node>)")
+	fs.StringVar(&catalog, "catalog", "", "instance catalog file applied over the built-in one")
+	env := map[string]string{"kubeconfig": "KUBECONFIG", "port": "PORT", "policy": "NEURON_PLACEMENT_POLICY", "lease-namespace": "POD_NAMESPACE", "catalog": "NEURON_CATALOG"}
+	flagenv.Annotate(fs, env)
+	klog.InitFlags(nil)
+	fs.AddGoFlagSet(flag.CommandLine)
+	_ = fs.Parse(os.Args[1:])
+	err := flagenv.Bind(fs, env)
+	if err == nil {
+		o.Policy, err = topology.ParsePolicy(policy)
+	}
+	if err == nil && catalog != "" {
+		o.Catalog, err = topology.LoadCatalog(catalog)
+	}
+	if err == nil {
+		restCfg, cerr := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if cerr != nil {
+			err = fmt.Errorf("loading the Kubernetes client configuration: %w", cerr)
+		} else {
+			restCfg.QPS, restCfg.Burst = 200, 400
+			o.Client, err = kubernetes.NewForConfig(restCfg)
+		}
+	}
+	var e *extender.Extender
+	if err == nil {
+		e, err = extender.New(o)
+	}
+	if err == nil {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		ctx = klog.NewContext(ctx, klog.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- e.Serve(ctx, fmt.Sprintf("%s:%d", bind, port)) }() // /readyz says 503 until synced
+		if err = e.Start(ctx); err == nil {
+			err = <-errc
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "neuron-scheduler-extender:", err)
+		os.Exit(1)
+	}
+}
+

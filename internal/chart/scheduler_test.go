@@ -1,0 +1,704 @@
+package chart
+
+import (
+	"maps"
+	"path"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+// The scheduler extender's objects in kube-system, as "Kind namespace/name".
+var (
+	extenderObjects = []string{
+		"ClusterRole /k8s-neuron-scheduler",
+		"ClusterRoleBinding /k8s-neuron-scheduler",
+		"Deployment kube-system/k8s-neuron-scheduler",
+		"Role kube-system/k8s-neuron-scheduler",
+		"RoleBinding kube-system/k8s-neuron-scheduler",
+		"Service kube-system/k8s-neuron-scheduler",
+		"ServiceAccount kube-system/k8s-neuron-scheduler",
+	}
+	// pdbObjects: rendered when scheduler.replicas > 1 (the default 2).
+	pdbObjects         = []string{"PodDisruptionBudget kube-system/k8s-neuron-scheduler"}
+	mySchedulerObjects = []string{
+		"ClusterRole /my-scheduler",
+		"ClusterRoleBinding /my-scheduler",
+		"ClusterRoleBinding /my-scheduler-as-kube-scheduler",
+		"ClusterRoleBinding /my-scheduler-as-volume-scheduler",
+		"ConfigMap kube-system/my-scheduler-config",
+		"Deployment kube-system/my-scheduler",
+		"ServiceAccount kube-system/my-scheduler",
+	}
+	defaultSchedulerObjects = []string{"ConfigMap kube-system/neuron-scheduler-extender-config"}
+)
+
+// schedulerConfig is the part of kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration the
+// chart writes; decoding is strict, so any other field fails the test.
+type schedulerConfig struct {
+	APIVersion       string            `json:"apiVersion"`
+	Kind             string            `json:"kind"`
+	ClientConnection *clientConnection `json:"clientConnection,omitempty"`
+	Profiles         []profile         `json:"profiles"`
+	Extenders        []extender        `json:"extenders"`
+	LeaderElection   leaderElection    `json:"leaderElection"`
+}
+
+type clientConnection struct {
+	Kubeconfig string `json:"kubeconfig"`
+}
+
+type profile struct {
+	SchedulerName string `json:"schedulerName"`
+}
+
+type extender struct {
+	URLPrefix        string            `json:"urlPrefix"`
+	FilterVerb       string            `json:"filterVerb"`
+	PrioritizeVerb   string            `json:"prioritizeVerb"`
+	BindVerb         string            `json:"bindVerb"`
+	Weight           int64             `json:"weight"`
+	EnableHTTPS      bool              `json:"enableHTTPS"`
+	NodeCacheCapable bool              `json:"nodeCacheCapable"`
+	HTTPTimeout      string            `json:"httpTimeout"`
+	Ignorable        bool              `json:"ignorable"`
+	ManagedResources []managedResource `json:"managedResources"`
+}
+
+type managedResource struct {
+	Name               string `json:"name"`
+	IgnoredByScheduler bool   `json:"ignoredByScheduler"`
+}
+
+type leaderElection struct {
+	LeaderElect       bool   `json:"leaderElect"`
+	ResourceNamespace string `json:"resourceNamespace,omitempty"`
+	ResourceName      string `json:"resourceName,omitempty"`
+}
+
+// wantExtender is the extenders entry both registrations use.
+func wantExtender(urlPrefix string, weight int64) extender {
+	return extender{
+		URLPrefix:        urlPrefix,
+		FilterVerb:       "filter",
+		PrioritizeVerb:   "prioritize",
+		BindVerb:         "bind",
+		Weight:           weight,
+		EnableHTTPS:      false,
+		NodeCacheCapable: true,
+		HTTPTimeout:      "30s",
+		Ignorable:        false,
+		ManagedResources: []managedResource{
+			{Name: "aws.amazon.com/neuron"},
+			{Name: "aws.amazon.com/neuroncore"},
+			{Name: "aws.amazon.com/neurondevice"},
+		},
+	}
+}
+
+// configFrom decodes the KubeSchedulerConfiguration under key in the ConfigMap.
+func configFrom(t *testing.T, m manifest, ns, name, key string) schedulerConfig {
+	t.Helper()
+	cm := get[corev1.ConfigMap](t, m, "ConfigMap", ns, name)
+	if len(cm.Data) != 1 {
+		t.Errorf("ConfigMap %s keys = %v, want only %s", name, slices.Sorted(maps.Keys(cm.Data)), key)
+	}
+	data, ok := cm.Data[key]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no key %s", name, key)
+	}
+	var c schedulerConfig
+	if err := yaml.UnmarshalStrict([]byte(data), &c); err != nil {
+		t.Fatalf("ConfigMap %s %s: %v\n%s", name, key, err, data)
+	}
+	return c
+}
+
+func TestSchedulerSeedInstallCommands(t *testing.T) {
+	t.Parallel()
+	t.Run("(c) scheduler extender with a second scheduler", func(t *testing.T) {
+		t.Parallel()
+		m := render(t, "scheduler.enabled=true", "npd.enabled=false")
+		if got, want := m.names(), objects(devicePluginObjects, extenderObjects, pdbObjects, mySchedulerObjects); !slices.Equal(got, want) {
+			t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
+		}
+		checkDevicePlugin(t, m, "kube-system")
+		checkExtender(t, m, "kube-system", 2, false)
+		checkExtenderService(t, m, "kube-system", 12345, 0)
+		checkExtenderRBAC(t, m, "kube-system")
+		checkPDB(t, m, "kube-system")
+		checkMyScheduler(t, m, "kube-system")
+
+		got := configFrom(t, m, "kube-system", "my-scheduler-config", "my-scheduler-config.yaml")
+		want := schedulerConfig{
+			APIVersion: "kubescheduler.config.k8s.io/v1",
+			Kind:       "KubeSchedulerConfiguration",
+			Profiles:   []profile{{SchedulerName: "my-scheduler"}},
+			Extenders:  []extender{wantExtender("http://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345", 10)},
+			LeaderElection: leaderElection{
+				LeaderElect:       true,
+				ResourceNamespace: "kube-system",
+				ResourceName:      "my-scheduler",
+			},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("my-scheduler-config.yaml =\n  %+v\nwant\n  %+v", got, want)
+		}
+	})
+	t.Run("(d) scheduler extender with the default scheduler", func(t *testing.T) {
+		t.Parallel()
+		m := render(t, "scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true", "npd.enabled=false")
+		if got, want := m.names(), objects(devicePluginObjects, extenderObjects, pdbObjects, defaultSchedulerObjects); !slices.Equal(got, want) {
+			t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
+		}
+		for _, name := range m.names() {
+			if strings.Contains(name, "my-scheduler") {
+				t.Errorf("rendered %s with customScheduler.enabled=false", name)
+			}
+		}
+		checkDevicePlugin(t, m, "kube-system")
+		checkExtender(t, m, "kube-system", 2, true)
+		checkExtenderService(t, m, "kube-system", 12345, 32700)
+		checkExtenderRBAC(t, m, "kube-system")
+		checkPDB(t, m, "kube-system")
+
+		got := configFrom(t, m, "kube-system", "neuron-scheduler-extender-config", "kube-scheduler-config.yaml")
+		want := schedulerConfig{
+			APIVersion:       "kubescheduler.config.k8s.io/v1",
+			Kind:             "KubeSchedulerConfiguration",
+			ClientConnection: &clientConnection{Kubeconfig: "/etc/kubernetes/scheduler.conf"},
+			Profiles:         []profile{{SchedulerName: "default-scheduler"}},
+			Extenders:        []extender{wantExtender("http://127.0.0.1:32700", 10)},
+			LeaderElection:   leaderElection{LeaderElect: true},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("kube-scheduler-config.yaml =\n  %+v\nwant\n  %+v", got, want)
+		}
+	})
+}
+
+// checkExtender checks the Deployment k8s-neuron-scheduler with the default values.
+func checkExtender(t *testing.T, m manifest, ns string, replicas int32, hostNetwork bool) {
+	t.Helper()
+	d := get[appsv1.Deployment](t, m, "Deployment", ns, "k8s-neuron-scheduler")
+	wantLabels := map[string]string{
+		"app.kubernetes.io/name":      "neuron-scheduler-extender",
+		"app.kubernetes.io/instance":  release,
+		"app.kubernetes.io/component": "scheduler-extender",
+	}
+	wantSelector := map[string]string{
+		"app.kubernetes.io/name":     "neuron-scheduler-extender",
+		"app.kubernetes.io/instance": release,
+	}
+	pod := d.Spec.Template
+	for k, v := range wantLabels {
+		if d.Labels[k] != v || pod.Labels[k] != v {
+			t.Errorf("label %s = %q (Deployment) %q (pod), want %q", k, d.Labels[k], pod.Labels[k], v)
+		}
+	}
+	if d.Spec.Selector == nil || !reflect.DeepEqual(d.Spec.Selector.MatchLabels, wantSelector) || len(d.Spec.Selector.MatchExpressions) != 0 {
+		t.Errorf("selector = %+v, want %v", d.Spec.Selector, wantSelector)
+	}
+	if got := ptr.Deref(d.Spec.Replicas, -1); got != replicas {
+		t.Errorf("replicas = %d, want %d", got, replicas)
+	}
+	surge, unavailable := intstr.FromInt32(1), intstr.FromInt32(0)
+	if hostNetwork {
+		surge, unavailable = intstr.FromInt32(0), intstr.FromInt32(1)
+	}
+	wantStrategy := appsv1.DeploymentStrategy{
+		Type:          appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &surge, MaxUnavailable: &unavailable},
+	}
+	if !reflect.DeepEqual(d.Spec.Strategy, wantStrategy) {
+		t.Errorf("strategy = %+v, want %+v", d.Spec.Strategy, wantStrategy)
+	}
+	if len(pod.Annotations) != 0 {
+		t.Errorf("pod annotations = %v, want none by default", pod.Annotations)
+	}
+
+	spec := pod.Spec
+	if spec.ServiceAccountName != "k8s-neuron-scheduler" || spec.PriorityClassName != "system-cluster-critical" {
+		t.Errorf("serviceAccountName %q priorityClassName %q", spec.ServiceAccountName, spec.PriorityClassName)
+	}
+	if spec.SchedulerName != "" {
+		t.Errorf("schedulerName = %q: the extender must not depend on the scheduler it serves", spec.SchedulerName)
+	}
+	if spec.HostNetwork != hostNetwork {
+		t.Errorf("hostNetwork = %v, want %v", spec.HostNetwork, hostNetwork)
+	}
+	var wantNodeSelector map[string]string
+	var wantTolerations []corev1.Toleration
+	wantDNS := corev1.DNSPolicy("")
+	if hostNetwork {
+		wantNodeSelector = map[string]string{"node-role.kubernetes.io/control-plane": ""}
+		wantTolerations = []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+		wantDNS = corev1.DNSClusterFirstWithHostNet
+	}
+	if !reflect.DeepEqual(spec.NodeSelector, wantNodeSelector) || !reflect.DeepEqual(spec.Tolerations, wantTolerations) || spec.DNSPolicy != wantDNS {
+		t.Errorf("nodeSelector %v tolerations %+v dnsPolicy %q, want %v %+v %q", spec.NodeSelector, spec.Tolerations, spec.DNSPolicy, wantNodeSelector, wantTolerations, wantDNS)
+	}
+	wantAffinity := &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 100,
+			PodAffinityTerm: corev1.PodAffinityTerm{
+				TopologyKey:   "kubernetes.io/hostname",
+				LabelSelector: &metav1.LabelSelector{MatchLabels: wantSelector},
+			},
+		}},
+	}}
+	if !reflect.DeepEqual(spec.Affinity, wantAffinity) {
+		t.Errorf("affinity = %+v, want preferred anti-affinity across nodes", spec.Affinity)
+	}
+	wantSpread := []corev1.TopologySpreadConstraint{{
+		MaxSkew:           1,
+		TopologyKey:       "topology.kubernetes.io/zone",
+		WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector:     &metav1.LabelSelector{MatchLabels: wantSelector},
+		MatchLabelKeys:    []string{"pod-template-hash"},
+	}}
+	if !reflect.DeepEqual(spec.TopologySpreadConstraints, wantSpread) {
+		t.Errorf("topologySpreadConstraints = %+v, want %+v", spec.TopologySpreadConstraints, wantSpread)
+	}
+	wantPodSC := &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](65532),
+		RunAsGroup:     ptr.To[int64](65532),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if !reflect.DeepEqual(spec.SecurityContext, wantPodSC) {
+		t.Errorf("pod securityContext = %+v, want %+v", spec.SecurityContext, wantPodSC)
+	}
+	if len(spec.Volumes) != 0 {
+		t.Errorf("volumes = %+v, want none", spec.Volumes)
+	}
+
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
+		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
+	}
+	c := spec.Containers[0]
+	if c.Name != "neuron-scheduler-extender" || c.Image != "kube-neuron:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("container %q image %q pull %q, want neuron-scheduler-extender kube-neuron:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
+	}
+	if !slices.Equal(c.Command, []string{"/neuron-scheduler-extender"}) || len(c.Args) != 0 {
+		t.Errorf("command %q args %q, want [/neuron-scheduler-extender] and no args", c.Command, c.Args)
+	}
+	wantEnv := []corev1.EnvVar{
+		{Name: "PORT", Value: "12345"},
+		{Name: "NEURON_PLACEMENT_POLICY", Value: "best-fit"},
+		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		{Name: "NEURON_MIRROR_USAGE_ANNOTATIONS", Value: "false"},
+	}
+	if !reflect.DeepEqual(c.Env, wantEnv) {
+		t.Errorf("env =\n  %+v\nwant\n  %+v", c.Env, wantEnv)
+	}
+	wantPorts := []corev1.ContainerPort{{Name: "http", ContainerPort: 12345, Protocol: corev1.ProtocolTCP}}
+	if !reflect.DeepEqual(c.Ports, wantPorts) {
+		t.Errorf("ports = %+v, want %+v", c.Ports, wantPorts)
+	}
+	checkHTTPProbe(t, "readinessProbe", c.ReadinessProbe, "/readyz", intstr.FromString("http"), "")
+	checkHTTPProbe(t, "livenessProbe", c.LivenessProbe, "/healthz", intstr.FromString("http"), "")
+	checkResources(t, c.Resources, "50m", "64Mi", "500m", "256Mi")
+	wantSC := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		RunAsNonRoot:             ptr.To(true),
+		RunAsUser:                ptr.To[int64](65532),
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if !reflect.DeepEqual(c.SecurityContext, wantSC) {
+		t.Errorf("securityContext = %+v, want %+v", c.SecurityContext, wantSC)
+	}
+}
+
+// checkHTTPProbe checks an httpGet probe; scheme "" is the default, HTTP.
+func checkHTTPProbe(t *testing.T, what string, p *corev1.Probe, path string, port intstr.IntOrString, scheme corev1.URIScheme) {
+	t.Helper()
+	if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port != port || p.HTTPGet.Scheme != scheme {
+		t.Errorf("%s = %+v, want httpGet %s %s on port %s", what, p, scheme, path, port.String())
+	}
+}
+
+// checkExtenderService checks the Service k8s-neuron-scheduler; nodePort 0 means ClusterIP.
+func checkExtenderService(t *testing.T, m manifest, ns string, port, nodePort int32) {
+	t.Helper()
+	svc := get[corev1.Service](t, m, "Service", ns, "k8s-neuron-scheduler")
+	d := get[appsv1.Deployment](t, m, "Deployment", ns, "k8s-neuron-scheduler")
+	wantType := corev1.ServiceTypeClusterIP
+	if nodePort != 0 {
+		wantType = corev1.ServiceTypeNodePort
+	}
+	if svc.Spec.Type != wantType {
+		t.Errorf("Service type = %q, want %q", svc.Spec.Type, wantType)
+	}
+	if !reflect.DeepEqual(svc.Spec.Selector, d.Spec.Selector.MatchLabels) {
+		t.Errorf("Service selector %v, want the Deployment's %v", svc.Spec.Selector, d.Spec.Selector.MatchLabels)
+	}
+	wantPorts := []corev1.ServicePort{{Name: "http", Port: port, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP, NodePort: nodePort}}
+	if !reflect.DeepEqual(svc.Spec.Ports, wantPorts) {
+		t.Errorf("Service ports = %+v, want %+v", svc.Spec.Ports, wantPorts)
+	}
+}
+
+// checkExtenderRBAC checks the extender's ServiceAccount, ClusterRole and Role, verb by verb.
+func checkExtenderRBAC(t *testing.T, m manifest, ns string) {
+	t.Helper()
+	get[corev1.ServiceAccount](t, m, "ServiceAccount", ns, "k8s-neuron-scheduler")
+	role := get[rbacv1.ClusterRole](t, m, "ClusterRole", "", "k8s-neuron-scheduler")
+	wantRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"bindings"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+	if !reflect.DeepEqual(role.Rules, wantRules) {
+		t.Errorf("ClusterRole k8s-neuron-scheduler rules =\n  %+v\nwant\n  %+v", role.Rules, wantRules)
+	}
+	checkBinding(t, get[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding", "", "k8s-neuron-scheduler"), "k8s-neuron-scheduler", ns, "k8s-neuron-scheduler")
+
+	leases := get[rbacv1.Role](t, m, "Role", ns, "k8s-neuron-scheduler")
+	wantLeaseRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+	}
+	if !reflect.DeepEqual(leases.Rules, wantLeaseRules) {
+		t.Errorf("Role k8s-neuron-scheduler rules =\n  %+v\nwant\n  %+v", leases.Rules, wantLeaseRules)
+	}
+	rb := get[rbacv1.RoleBinding](t, m, "RoleBinding", ns, "k8s-neuron-scheduler")
+	wantRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "k8s-neuron-scheduler"}
+	wantSubjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "k8s-neuron-scheduler", Namespace: ns}}
+	if rb.RoleRef != wantRef || !reflect.DeepEqual(rb.Subjects, wantSubjects) {
+		t.Errorf("RoleBinding: roleRef %+v subjects %+v, want %+v %+v", rb.RoleRef, rb.Subjects, wantRef, wantSubjects)
+	}
+}
+
+func checkPDB(t *testing.T, m manifest, ns string) {
+	t.Helper()
+	pdb := get[policyv1.PodDisruptionBudget](t, m, "PodDisruptionBudget", ns, "k8s-neuron-scheduler")
+	d := get[appsv1.Deployment](t, m, "Deployment", ns, "k8s-neuron-scheduler")
+	one := intstr.FromInt32(1)
+	want := policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: d.Spec.Selector}
+	if !reflect.DeepEqual(pdb.Spec, want) {
+		t.Errorf("PodDisruptionBudget spec = %+v, want minAvailable 1 over the extender's pods", pdb.Spec)
+	}
+}
+
+// checkMyScheduler checks my-scheduler's Deployment and RBAC; the caller checks its configuration.
+func checkMyScheduler(t *testing.T, m manifest, ns string) {
+	t.Helper()
+	d := get[appsv1.Deployment](t, m, "Deployment", ns, "my-scheduler")
+	if got := ptr.Deref(d.Spec.Replicas, -1); got != 1 {
+		t.Errorf("my-scheduler replicas = %d, want 1", got)
+	}
+	for k, v := range d.Spec.Selector.MatchLabels {
+		if d.Spec.Template.Labels[k] != v {
+			t.Errorf("my-scheduler selector %s=%s does not match the pod labels", k, v)
+		}
+	}
+	spec := d.Spec.Template.Spec
+	if spec.ServiceAccountName != "my-scheduler" {
+		t.Errorf("my-scheduler serviceAccountName = %q", spec.ServiceAccountName)
+	}
+	if d.Spec.Template.Annotations["checksum/config"] == "" {
+		t.Errorf("my-scheduler pod has no checksum/config annotation: a new configuration would not restart it")
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("my-scheduler: want one container, got %d", len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	if c.Image != "registry.k8s.io/kube-scheduler:v1.36.3" {
+		t.Errorf("my-scheduler image = %q", c.Image)
+	}
+	const configFile = "/etc/kubernetes/my-scheduler/my-scheduler-config.yaml"
+	if want := []string{"--config=" + configFile, "--v=2"}; !slices.Equal(c.Args, want) {
+		t.Errorf("my-scheduler args = %q, want %q", c.Args, want)
+	}
+	checkHTTPProbe(t, "my-scheduler livenessProbe", c.LivenessProbe, "/healthz", intstr.FromInt32(10259), corev1.URISchemeHTTPS)
+	checkHTTPProbe(t, "my-scheduler readinessProbe", c.ReadinessProbe, "/healthz", intstr.FromInt32(10259), corev1.URISchemeHTTPS)
+	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != path.Dir(configFile) || len(spec.Volumes) != 1 ||
+		spec.Volumes[0].Name != c.VolumeMounts[0].Name || spec.Volumes[0].ConfigMap == nil || spec.Volumes[0].ConfigMap.Name != "my-scheduler-config" {
+		t.Errorf("my-scheduler does not mount the ConfigMap my-scheduler-config at %s: mounts %+v volumes %+v", path.Dir(configFile), c.VolumeMounts, spec.Volumes)
+	}
+
+	get[corev1.ServiceAccount](t, m, "ServiceAccount", ns, "my-scheduler")
+	checkBinding(t, get[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding", "", "my-scheduler-as-kube-scheduler"), "system:kube-scheduler", ns, "my-scheduler")
+	checkBinding(t, get[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding", "", "my-scheduler-as-volume-scheduler"), "system:volume-scheduler", ns, "my-scheduler")
+	checkBinding(t, get[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding", "", "my-scheduler"), "my-scheduler", ns, "my-scheduler")
+	role := get[rbacv1.ClusterRole](t, m, "ClusterRole", "", "my-scheduler")
+	wantRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "list", "update"}},
+	}
+	if !reflect.DeepEqual(role.Rules, wantRules) {
+		t.Errorf("ClusterRole my-scheduler rules =\n  %+v\nwant\n  %+v", role.Rules, wantRules)
+	}
+}
+
+// TestSchedulerValues checks that every scheduler value lands where it should.
+func TestSchedulerValues(t *testing.T) {
+	t.Parallel()
+	m := render(t,
+		"npd.enabled=false",
+		"image.repository=registry.example.com/kube-neuron",
+		"image.tag=v9",
+		"imagePullSecrets[0].name=pull",
+		"scheduler.enabled=true",
+		"scheduler.namespace=neuron",
+		"scheduler.replicas=3",
+		"scheduler.port=8080",
+		"scheduler.policy=first-fit",
+		"scheduler.mirrorUsageAnnotations=true",
+		"scheduler.extenderWeight=5",
+		"scheduler.args={--v=5}",
+		`scheduler.podAnnotations.prometheus\.io/scrape=true`,
+		`scheduler.podAnnotations.prometheus\.io/port=8080`,
+		"scheduler.priorityClassName=neuron",
+		"scheduler.resources.limits.memory=1Gi",
+		"scheduler.tolerations[0].key=dedicated",
+		"scheduler.tolerations[0].operator=Exists",
+		"scheduler.customScheduler.replicas=2",
+		"scheduler.customScheduler.image=mirror.example.com/kube-scheduler@sha256:0123",
+		"scheduler.customScheduler.imagePullPolicy=Always",
+	)
+	d := get[appsv1.Deployment](t, m, "Deployment", "neuron", "k8s-neuron-scheduler")
+	if got := ptr.Deref(d.Spec.Replicas, -1); got != 3 {
+		t.Errorf("replicas = %d, want 3", got)
+	}
+	pod := d.Spec.Template
+	wantAnnotations := map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": "8080"}
+	if !reflect.DeepEqual(pod.Annotations, wantAnnotations) {
+		t.Errorf("pod annotations = %v, want %v", pod.Annotations, wantAnnotations)
+	}
+	spec := pod.Spec
+	c := spec.Containers[0]
+	if c.Image != "registry.example.com/kube-neuron:v9" || !slices.Equal(c.Args, []string{"--v=5"}) {
+		t.Errorf("image %q args %q", c.Image, c.Args)
+	}
+	if !reflect.DeepEqual(spec.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "pull"}}) || spec.PriorityClassName != "neuron" {
+		t.Errorf("imagePullSecrets %+v priorityClassName %q", spec.ImagePullSecrets, spec.PriorityClassName)
+	}
+	if want := []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}; !reflect.DeepEqual(spec.Tolerations, want) {
+		t.Errorf("tolerations = %+v, want %+v", spec.Tolerations, want)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	for k, v := range map[string]string{"PORT": "8080", "NEURON_PLACEMENT_POLICY": "first-fit", "NEURON_MIRROR_USAGE_ANNOTATIONS": "true"} {
+		if env[k] != v {
+			t.Errorf("env %s = %q, want %q", k, env[k], v)
+		}
+	}
+	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8080 || c.Ports[0].Name != "http" {
+		t.Errorf("ports = %+v, want http 8080", c.Ports)
+	}
+	checkResources(t, c.Resources, "50m", "64Mi", "500m", "1Gi")
+	checkExtenderService(t, m, "neuron", 8080, 0)
+	get[policyv1.PodDisruptionBudget](t, m, "PodDisruptionBudget", "neuron", "k8s-neuron-scheduler")
+	leases := get[rbacv1.RoleBinding](t, m, "RoleBinding", "neuron", "k8s-neuron-scheduler")
+	if leases.Subjects[0].Namespace != "neuron" {
+		t.Errorf("RoleBinding subjects = %+v", leases.Subjects)
+	}
+
+	my := get[appsv1.Deployment](t, m, "Deployment", "neuron", "my-scheduler")
+	if got := ptr.Deref(my.Spec.Replicas, -1); got != 2 {
+		t.Errorf("my-scheduler replicas = %d, want 2", got)
+	}
+	if mc := my.Spec.Template.Spec.Containers[0]; mc.Image != "mirror.example.com/kube-scheduler@sha256:0123" || mc.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("my-scheduler image %q pull %q", mc.Image, mc.ImagePullPolicy)
+	}
+	cfg := configFrom(t, m, "neuron", "my-scheduler-config", "my-scheduler-config.yaml")
+	if want := []extender{wantExtender("http://k8s-neuron-scheduler.neuron.svc.cluster.local:8080", 5)}; !reflect.DeepEqual(cfg.Extenders, want) {
+		t.Errorf("extenders = %+v, want %+v", cfg.Extenders, want)
+	}
+	if want := (leaderElection{LeaderElect: true, ResourceNamespace: "neuron", ResourceName: "my-scheduler"}); cfg.LeaderElection != want {
+		t.Errorf("leaderElection = %+v, want %+v", cfg.LeaderElection, want)
+	}
+	for _, name := range []string{"my-scheduler-as-kube-scheduler", "my-scheduler-as-volume-scheduler", "my-scheduler"} {
+		if b := get[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding", "", name); b.Subjects[0].Namespace != "neuron" {
+			t.Errorf("ClusterRoleBinding %s subjects = %+v", name, b.Subjects)
+		}
+	}
+}
+
+// TestSchedulerDefaultSchedulerValues: the NodePort, the weight and the kubeconfig reach the
+// default scheduler's configuration.
+func TestSchedulerDefaultSchedulerValues(t *testing.T) {
+	t.Parallel()
+	m := render(t, "scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true",
+		"scheduler.defaultScheduler.nodePort=31000", "scheduler.defaultScheduler.kubeconfig=/var/lib/kube-scheduler/kubeconfig",
+		"scheduler.extenderWeight=3", "scheduler.tolerations[0].key=dedicated", "scheduler.tolerations[0].operator=Exists")
+	checkExtenderService(t, m, "kube-system", 12345, 31000)
+	cfg := configFrom(t, m, "kube-system", "neuron-scheduler-extender-config", "kube-scheduler-config.yaml")
+	if want := []extender{wantExtender("http://127.0.0.1:31000", 3)}; !reflect.DeepEqual(cfg.Extenders, want) {
+		t.Errorf("extenders = %+v, want %+v", cfg.Extenders, want)
+	}
+	if cfg.ClientConnection == nil || cfg.ClientConnection.Kubeconfig != "/var/lib/kube-scheduler/kubeconfig" {
+		t.Errorf("clientConnection = %+v", cfg.ClientConnection)
+	}
+	spec := get[appsv1.Deployment](t, m, "Deployment", "kube-system", "k8s-neuron-scheduler").Spec.Template.Spec
+	want := []corev1.Toleration{
+		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: "dedicated", Operator: corev1.TolerationOpExists},
+	}
+	if !reflect.DeepEqual(spec.Tolerations, want) {
+		t.Errorf("tolerations = %+v, want %+v", spec.Tolerations, want)
+	}
+}
+
+// TestSchedulerOneReplica: one replica renders no PodDisruptionBudget (it would block every drain).
+func TestSchedulerOneReplica(t *testing.T) {
+	t.Parallel()
+	m := render(t, "scheduler.enabled=true", "scheduler.replicas=1", "npd.enabled=false")
+	if got, want := m.names(), objects(devicePluginObjects, extenderObjects, mySchedulerObjects); !slices.Equal(got, want) {
+		t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
+	}
+	checkExtender(t, m, "kube-system", 1, false)
+}
+
+// TestSchedulerWithoutRegistration: with neither registration the extender alone renders.
+func TestSchedulerWithoutRegistration(t *testing.T) {
+	t.Parallel()
+	m := render(t, "scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "npd.enabled=false")
+	if got, want := m.names(), objects(devicePluginObjects, extenderObjects, pdbObjects); !slices.Equal(got, want) {
+		t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
+	}
+}
+
+// TestSchedulerNeedsDevicePlugin: the extender writes allocations that the device plugin serves.
+func TestSchedulerNeedsDevicePlugin(t *testing.T) {
+	t.Parallel()
+	const msg = "scheduler.enabled is true and devicePlugin.enabled is false: the scheduler extender needs the device plugin, which serves the allocation the extender writes on each pod. " +
+		"Leave devicePlugin.enabled=true, or set scheduler.allowWithoutDevicePlugin=true if another component runs kube-neuron's device plugin."
+	for _, sets := range [][]string{
+		{"scheduler.enabled=true", "devicePlugin.enabled=false"},
+		{"scheduler.enabled=true", "devicePlugin.enabled=false", "npd.enabled=false", "draDriver.enabled=true"},
+	} {
+		t.Run(strings.Join(sets, " "), func(t *testing.T) {
+			t.Parallel()
+			out, err := helmTemplate(t, sets...)
+			if err == nil {
+				t.Fatalf("rendered, want failure %q:\n%s", msg, out)
+			}
+			if !strings.Contains(err.Error(), msg) {
+				t.Errorf("error does not say %q:\n%v", msg, err)
+			}
+		})
+	}
+	for _, sets := range [][]string{
+		{"scheduler.allowWithoutDevicePlugin=true"},
+		{"devicePlugin.allowWithDRA=true"},
+	} {
+		t.Run(strings.Join(sets, " "), func(t *testing.T) {
+			t.Parallel()
+			m := render(t, append([]string{"scheduler.enabled=true", "devicePlugin.enabled=false", "npd.enabled=false"}, sets...)...)
+			if got, want := m.names(), objects(extenderObjects, pdbObjects, mySchedulerObjects); !slices.Equal(got, want) {
+				t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
+			}
+		})
+	}
+}
+
+func TestSchedulerSchemaRejectsBadValues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		set  string
+		want string // in helm's message
+	}{
+		{"scheduler.policy=worst-fit", "value must be one of 'best-fit', 'first-fit'"},
+		{"scheduler.replicas=0", "/scheduler/replicas"},
+		{"scheduler.port=0", "/scheduler/port"},
+		{"scheduler.extenderWeight=0", "/scheduler/extenderWeight"},
+		{"scheduler.mirrorUsageAnnotations=maybe", "/scheduler/mirrorUsageAnnotations"},
+		{"scheduler.namespace=Kube_System", "/scheduler/namespace"},
+		{"scheduler.podAnnotations.scrape.now=true", "/scheduler/podAnnotations/scrape"},
+		{"scheduler.resources.limits.cpu=lots", "/scheduler/resources/limits/cpu"},
+		{"scheduler.replica=2", "additional properties 'replica' not allowed"},
+		{"scheduler.customScheduler.imag=x", "additional properties 'imag' not allowed"},
+		{"scheduler.customScheduler.image=", "/scheduler/customScheduler/image"},
+		{"scheduler.customScheduler.replicas=0", "/scheduler/customScheduler/replicas"},
+		{"scheduler.defaultScheduler.nodePort=70000", "/scheduler/defaultScheduler/nodePort"},
+		{"scheduler.defaultScheduler.kubeconfig=scheduler.conf", "/scheduler/defaultScheduler/kubeconfig"},
+		{"scheduler.defaultScheduler.port=1", "additional properties 'port' not allowed"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			t.Parallel()
+			out, err := helmTemplate(t, "scheduler.enabled=true", tc.set)
+			if err == nil {
+				t.Fatalf("rendered, want a schema error:\n%s", out)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "values don't meet the specifications of the schema") || !strings.Contains(msg, tc.want) {
+				t.Errorf("error does not mention %q:\n%v", tc.want, err)
+			}
+		})
+	}
+}
+
+func TestSchedulerLint(t *testing.T) {
+	t.Parallel()
+	for _, sets := range [][]string{
+		{"scheduler.enabled=true", "npd.enabled=false"},
+		{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true", "npd.enabled=false"},
+		{"scheduler.enabled=true", "scheduler.replicas=1", `scheduler.podAnnotations.prometheus\.io/scrape=true`},
+	} {
+		t.Run(strings.Join(append([]string{"lint"}, sets...), " "), func(t *testing.T) {
+			t.Parallel()
+			out, err := runHelm(t, append([]string{"lint", "--strict", chartDir, "--namespace", releaseNS}, setArgs(sets)...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(out, "[WARNING]") || strings.Contains(out, "[ERROR]") || !strings.Contains(out, "0 chart(s) failed") {
+				t.Errorf("helm lint is not clean:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestSchedulerNotes(t *testing.T) {
+	t.Parallel()
+	const (
+		check      = "kubectl get deploy,svc k8s-neuron-scheduler -n kube-system"
+		url        = "http://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345"
+		optIn      = "schedulerName: my-scheduler"
+		checkMy    = "kubectl get deploy my-scheduler -n kube-system"
+		getConfig  = `kubectl get configmap neuron-scheduler-extender-config -n kube-system -o jsonpath='{.data.kube-scheduler-config\.yaml}'`
+		configFlag = "--config=/etc/kubernetes/kube-scheduler-config.yaml"
+		noPolicy   = "does not\n  work on Kubernetes 1.23 and later"
+	)
+	for _, tc := range []struct {
+		name      string
+		sets      []string
+		want, not []string
+	}{
+		{"second scheduler", []string{"scheduler.enabled=true"}, []string{check, url, optIn, checkMy}, []string{getConfig, configFlag}},
+		{"default scheduler", []string{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true"},
+			[]string{check, getConfig, configFlag, noPolicy, "http://127.0.0.1:32700"}, []string{optIn, checkMy}},
+		{"off", nil, nil, []string{check, optIn, getConfig}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			notes := renderNotes(t, tc.sets...)
+			for _, s := range tc.want {
+				if !strings.Contains(notes, s) {
+					t.Errorf("NOTES.txt lacks %q:\n%s", s, notes)
+				}
+			}
+			for _, s := range tc.not {
+				if strings.Contains(notes, s) {
+					t.Errorf("NOTES.txt has %q:\n%s", s, notes)
+				}
+			}
+		})
+	}
+}

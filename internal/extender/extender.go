@@ -1,0 +1,456 @@
+package extender
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// Options configure the extender.
+type Options struct {
+	Client  kubernetes.Interface
+	Catalog *topology.Catalog
+	Policy  topology.Policy
+	// LeaseNamespace holds the per-node bind Leases (kube-neuron-bind-<node>).
+	LeaseNamespace string
+	// Identity names this replica in the Leases; the hostname by default.
+	Identity string
+	// Now returns the time; time.Now by default.
+	Now func() time.Time
+}
+
+// Extender decides with the topology engine over usage derived from pods.
+type Extender struct {
+	o        Options
+	pods     cache.SharedIndexInformer
+	nodes    corelisters.NodeLister
+	recorder record.EventRecorder
+	metrics  *metrics
+	synced   chan struct{}
+
+	locksMu sync.Mutex
+	locks   map[string]*sync.Mutex
+
+	warnMu sync.Mutex
+	warned map[string]time.Time // pod UID + message -> when the pod was told
+}
+
+const byRecordNode = "recordNode"
+
+// New creates the extender; Start runs its informers.
+func New(o Options) (*Extender, error) {
+	if o.Client == nil {
+		return nil, errors.New("the extender needs a Kubernetes client")
+	}
+	if o.Catalog == nil {
+		o.Catalog = topology.DefaultCatalog()
+	}
+	if o.Policy == "" {
+		o.Policy = topology.BestFit
+	}
+	if o.LeaseNamespace == "" {
+		o.LeaseNamespace = metav1.NamespaceSystem
+	}
+	if o.Identity == "" {
+		o.Identity, _ = os.Hostname()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}}, nil
+}
+
+// Start runs the informers and returns once their caches have synced.
+func (e *Extender) Start(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactory(e.o.Client, 0)
+	e.pods = factory.Core().V1().Pods().Informer()
+	if err := e.pods.AddIndexers(cache.Indexers{byRecordNode: func(obj any) ([]string, error) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return nil, nil
+		}
+		r, err := allocation.RecordOf(pod)
+		if err != nil || r == nil {
+			return nil, nil
+		}
+		return []string{r.Node}, nil
+	}}); err != nil {
+		return err
+	}
+	e.nodes = factory.Core().V1().Nodes().Lister()
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("the %v cache did not sync: check the extender's RBAC (pods and nodes get/list/watch)", typ)
+		}
+	}
+	bcast := record.NewBroadcaster(record.WithContext(ctx))
+	bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.o.Client.CoreV1().Events("")})
+	go func() {
+		<-ctx.Done()
+		bcast.Shutdown()
+	}()
+	e.recorder = bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "neuron-scheduler-extender"})
+	close(e.synced)
+	klog.FromContext(ctx).Info("Caches synced; serving", "policy", e.o.Policy, "leaseNamespace", e.o.LeaseNamespace)
+	return nil
+}
+
+// Ready reports whether the caches have synced.
+func (e *Extender) Ready() bool {
+	select {
+	case <-e.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// usage derives the node's usage from the pods whose record names it, leaving out the pod
+// being scheduled (its own record, if a failed bind left one, must not block it).
+func (e *Extender) usage(ctx context.Context, shape *topology.Shape, node string, except types.UID) *topology.Usage {
+	objs, _ := e.pods.GetIndexer().ByIndex(byRecordNode, node)
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p := o.(*corev1.Pod); p.UID != except {
+			pods = append(pods, p)
+		}
+	}
+	u, _, problems := allocation.NodeUsage(shape, node, pods)
+	for _, err := range problems {
+		klog.FromContext(ctx).Error(err, "Ignoring an allocation record", "node", node)
+	}
+	return u
+}
+
+// nodeShape returns the node's shape, or why the node cannot take Neuron pods from the extender.
+func (e *Extender) nodeShape(name string) (*corev1.Node, *topology.Shape, error) {
+	node, err := e.nodes.Get(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node %s is not known to the extender yet", name)
+	}
+	if !allocation.IsNeuronNode(e.o.Catalog, node) {
+		return nil, nil, fmt.Errorf("node %s is not a Neuron node (instance type %q is not in the catalog)", name, node.Labels[labels.InstanceType])
+	}
+	if node.Labels[labels.AllocationMode] == labels.AllocationModeDRA {
+		return nil, nil, fmt.Errorf("node %s is served by the DRA driver (%s=%s): request its devices with a ResourceClaim", name, labels.AllocationMode, labels.AllocationModeDRA)
+	}
+	shape, err := allocation.ShapeOfNode(e.o.Catalog, node)
+	return node, shape, err
+}
+
+// Filter returns the nodes where the topology engine finds a valid set for every Neuron
+// container of the pod, and why the others fail.
+func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) (passed []string, failed, unresolvable map[string]string) {
+	start := e.o.Now()
+	defer func() { e.metrics.filterSeconds.Observe(e.o.Now().Sub(start).Seconds()) }()
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
+	failed, unresolvable = map[string]string{}, map[string]string{}
+	reqs := PodRequests(pod)
+	var unsupported string
+	for _, name := range names {
+		if len(reqs) == 0 {
+			passed = append(passed, name)
+			continue
+		}
+		_, shape, err := e.nodeShape(name)
+		if err != nil {
+			unresolvable[name] = err.Error()
+			continue
+		}
+		if _, _, err := Plan(e.usage(ctx, shape, name, pod.UID), reqs, e.o.Policy); err != nil {
+			if Unresolvable(err) {
+				unresolvable[name] = err.Error()
+				unsupported = err.Error()
+			} else {
+				failed[name] = err.Error()
+			}
+			continue
+		}
+		passed = append(passed, name)
+	}
+	logger.V(5).Info("Filter", "nodes", len(names), "passed", len(passed), "failed", len(failed), "unresolvable", len(unresolvable))
+	if len(passed) == 0 && unsupported != "" {
+		e.metrics.refusals.WithLabelValues("unsupported").Inc()
+		e.warn(pod, "UnsupportedNeuronRequest", unsupported)
+	} else if len(passed) == 0 && len(names) > 0 {
+		e.metrics.refusals.WithLabelValues("no-fit").Inc()
+	}
+	return passed, failed, unresolvable
+}
+
+// warn emits a Warning event on the pod, at most once a minute per message.
+func (e *Extender) warn(pod *corev1.Pod, reason, msg string) {
+	key := string(pod.UID) + "|" + msg
+	e.warnMu.Lock()
+	last, seen := e.warned[key]
+	now := e.o.Now()
+	if !seen || now.Sub(last) > time.Minute {
+		e.warned[key] = now
+	}
+	for k, t := range e.warned {
+		if now.Sub(t) > 10*time.Minute {
+			delete(e.warned, k)
+		}
+	}
+	e.warnMu.Unlock()
+	if !seen || now.Sub(last) > time.Minute {
+		e.recorder.Event(pod, corev1.EventTypeWarning, reason, msg)
+	}
+}
+
+// Prioritize scores the nodes: the tightest fit highest, so that large blocks and whole nodes
+// stay free.
+func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []string) map[string]int64 {
+	reqs := PodRequests(pod)
+	out := make(map[string]int64, len(names))
+	for _, name := range names {
+		if len(reqs) == 0 {
+			out[name] = 0
+			continue
+		}
+		_, shape, err := e.nodeShape(name)
+		if err != nil {
+			out[name] = 0
+			continue
+		}
+		_, score, err := Plan(e.usage(ctx, shape, name, pod.UID), reqs, e.o.Policy)
+		if err != nil {
+			out[name] = 0
+			continue
+		}
+		out[name] = ExtenderScore(score)
+	}
+	return out
+}
+
+func (e *Extender) nodeLock(node string) *sync.Mutex {
+	e.locksMu.Lock()
+	defer e.locksMu.Unlock()
+	l, ok := e.locks[node]
+	if !ok {
+		l = &sync.Mutex{}
+		e.locks[node] = l
+	}
+	return l
+}
+
+// LeaseName is the name of a node's bind Lease.
+func LeaseName(node string) string {
+	name := "kube-neuron-bind-" + node
+	if len(name) > 253 {
+		sum := sha256.Sum256([]byte(node))
+		name = "kube-neuron-bind-" + hex.EncodeToString(sum[:16])
+	}
+	return name
+}
+
+// lastBindAnnotation on a node's bind Lease names the pod of the latest bind decision.
+const lastBindAnnotation = "kube-neuron.io/last-bind"
+
+type lastBind struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+}
+
+// Bind chooses the pod's devices on the node, writes the allocation record on the pod and binds
+// it. Binds to one node are sequenced through the node's Lease with optimistic concurrency: a
+// decision counts only if the Lease did not change since the usage it was made on was read, and
+// a replica first waits until its cache has the pod of the latest decision, so two binds, also
+// from two replicas, can never choose the same devices. A failed bind removes what it wrote.
+func (e *Extender) Bind(ctx context.Context, ns, name string, uid types.UID, node string) error {
+	start := e.o.Now()
+	defer func() { e.metrics.bindSeconds.Observe(e.o.Now().Sub(start).Seconds()) }()
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(ns, name), "node", node)
+	lock := e.nodeLock(node)
+	lock.Lock()
+	defer lock.Unlock()
+	var lastErr error
+	for attempt := 0; attempt < 8; attempt++ {
+		if attempt > 0 {
+			e.metrics.bindConflicts.Inc()
+			time.Sleep(time.Duration(attempt*attempt) * 10 * time.Millisecond)
+		}
+		err := e.bindOnce(ctx, ns, name, uid, node)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, errRetry) {
+			return err
+		}
+		lastErr = err
+		logger.V(4).Info("Bind raced with another decision for the node; retrying", "attempt", attempt+1, "err", err)
+	}
+	return fmt.Errorf("binding pod %s/%s to node %s: the node's usage kept changing (%v); the scheduler will retry", ns, name, node, lastErr)
+}
+
+var errRetry = errors.New("retry")
+
+func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID, node string) error {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(ns, name), "node", node)
+	leases := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace)
+	lease, err := leases.Get(ctx, LeaseName(node), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		lease, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: LeaseName(node), Labels: map[string]string{"app.kubernetes.io/managed-by": "neuron-scheduler-extender"}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(e.o.Identity)},
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%w: lease created concurrently", errRetry)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("reading the bind lease of node %s in namespace %s (check the extender's RBAC for leases): %w", node, e.o.LeaseNamespace, err)
+	}
+	if err := e.waitForLastBind(ctx, lease, node); err != nil {
+		return err
+	}
+	_, shape, err := e.nodeShape(node)
+	if err != nil {
+		return err
+	}
+	pod, err := e.o.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting pod %s/%s: %w", ns, name, err)
+	}
+	if pod.UID != uid {
+		return fmt.Errorf("pod %s/%s was replaced (uid %s, the scheduler asked for %s)", ns, name, pod.UID, uid)
+	}
+	reqs := PodRequests(pod)
+	var rec *allocation.Record
+	if len(reqs) > 0 {
+		containers, _, err := Plan(e.usage(ctx, shape, node, pod.UID), reqs, e.o.Policy)
+		if err != nil {
+			e.metrics.refusals.WithLabelValues("bind").Inc()
+			return fmt.Errorf("pod %s/%s no longer fits node %s: %w", ns, name, node, err)
+		}
+		rec = &allocation.Record{Node: node, Containers: containers}
+		anns := rec.Annotations()
+		anns[allocation.AllocTime] = strconv.FormatInt(e.o.Now().UnixNano(), 10)
+		patch := allocation.MergePatchWithVersion(allocation.StringPtrs(anns), pod.ResourceVersion)
+		if _, err := e.o.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "neuron-scheduler-extender"}); err != nil {
+			if apierrors.IsConflict(err) {
+				return fmt.Errorf("%w: pod changed", errRetry)
+			}
+			return fmt.Errorf("writing the allocation of pod %s/%s: %w", ns, name, err)
+		}
+		last, _ := json.Marshal(lastBind{Namespace: ns, Name: name, UID: uid})
+		if lease.Annotations == nil {
+			lease.Annotations = map[string]string{}
+		}
+		lease.Annotations[lastBindAnnotation] = string(last)
+		lease.Spec.HolderIdentity = ptr.To(e.o.Identity)
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: e.o.Now()}
+		if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+			e.removeRecord(ctx, ns, name, uid)
+			if apierrors.IsConflict(err) {
+				return fmt.Errorf("%w: another decision for node %s came first", errRetry, node)
+			}
+			return fmt.Errorf("updating the bind lease of node %s: %w", node, err)
+		}
+	}
+	err = e.o.Client.CoreV1().Pods(ns).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		if rec != nil {
+			e.removeRecord(ctx, ns, name, uid)
+		}
+		return fmt.Errorf("binding pod %s/%s to node %s: %w", ns, name, node, err)
+	}
+	if rec != nil {
+		for _, c := range rec.Containers {
+			e.metrics.allocations.WithLabelValues(c.Resource).Inc()
+			logger.Info("Bound", "container", c.Name, "resource", c.Resource, "devices", topology.JoinIDs(c.Devices), "cores", topology.JoinIDs(c.Cores))
+		}
+	} else {
+		logger.V(2).Info("Bound a pod without Neuron requests")
+	}
+	return nil
+}
+
+// waitForLastBind waits until the pod informer has the pod of the node's latest bind decision
+// with its record (or knows it is gone), so that the usage read next includes it.
+func (e *Extender) waitForLastBind(ctx context.Context, lease *coordinationv1.Lease, node string) error {
+	v, ok := lease.Annotations[lastBindAnnotation]
+	if !ok {
+		return nil
+	}
+	var last lastBind
+	if err := json.Unmarshal([]byte(v), &last); err != nil {
+		return nil
+	}
+	deadline := e.o.Now().Add(5 * time.Second)
+	for {
+		obj, exists, _ := e.pods.GetStore().GetByKey(last.Namespace + "/" + last.Name)
+		if !exists {
+			return nil
+		}
+		pod := obj.(*corev1.Pod)
+		if pod.UID != last.UID {
+			return nil
+		}
+		if r, err := allocation.RecordOf(pod); err == nil && r != nil && r.Node == node {
+			return nil
+		}
+		if e.o.Now().After(deadline) {
+			// The latest decision's record never reached the cache: it was rolled back.
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// removeRecord deletes the allocation annotations a failed bind wrote.
+func (e *Extender) removeRecord(ctx context.Context, ns, name string, uid types.UID) {
+	keys := []string{allocation.Annotation, allocation.AWSNeuronIDs, allocation.AllocTime, allocation.Allocated, allocation.ResourceType}
+	anns := map[string]*string{}
+	for _, k := range keys {
+		anns[k] = nil
+	}
+	pod, err := e.o.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || pod.UID != uid {
+		return
+	}
+	if _, err := e.o.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, allocation.MergePatchWithVersion(anns, pod.ResourceVersion), metav1.PatchOptions{}); err != nil {
+		klog.FromContext(ctx).Error(err, "Removing the allocation of a failed bind", "pod", klog.KRef(ns, name))
+	}
+}
+
+// Describe returns the node's free devices for logs.
+func Describe(u *topology.Usage) string {
+	return "free devices " + strings.TrimSpace(topology.FormatList(u.FreeDevices()))
+}
