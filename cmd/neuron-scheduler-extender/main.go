@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
@@ -24,6 +25,7 @@ func main() {
 	var o extender.Options
 	var kubeconfig, policy, catalog, bind string
 	var port int
+	var mirror bool
 	fs := pflag.NewFlagSet("neuron-scheduler-extender", pflag.ExitOnError)
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.IntVar(&port, "port", 12345, "port of the extender's HTTP server (filter, prioritize, bind, /healthz, /readyz, /metrics)")
@@ -31,7 +33,8 @@ func main() {
 	fs.StringVar(&policy, "policy", string(topology.BestFit), "placement policy: best-fit or first-fit")
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", "kube-system", "namespace of the per-node bind Leases (kube-neuron-bind-<node>)")
 	fs.StringVar(&catalog, "catalog", "", "instance catalog file applied over the built-in one")
-	env := map[string]string{"kubeconfig": "KUBECONFIG", "port": "PORT", "policy": "NEURON_PLACEMENT_POLICY", "lease-namespace": "POD_NAMESPACE", "catalog": "NEURON_CATALOG"}
+	fs.BoolVar(&mirror, "mirror-usage-annotations", false, "also write NEURON_DEV_USAGE_MAP and NEURON_CORE_USAGE_MAP on Neuron nodes, computed from pods, for tools that read them (needs nodes patch)")
+	env := map[string]string{"kubeconfig": "KUBECONFIG", "port": "PORT", "policy": "NEURON_PLACEMENT_POLICY", "lease-namespace": "POD_NAMESPACE", "catalog": "NEURON_CATALOG", "mirror-usage-annotations": "NEURON_MIRROR_USAGE_ANNOTATIONS"}
 	flagenv.Annotate(fs, env)
 	klog.InitFlags(nil)
 	fs.AddGoFlagSet(flag.CommandLine)
@@ -63,6 +66,9 @@ func main() {
 		errc := make(chan error, 1)
 		go func() { errc <- e.Serve(ctx, fmt.Sprintf("%s:%d", bind, port)) }() // /readyz says 503 until synced
 		if err = e.Start(ctx); err == nil {
+			if mirror {
+				go e.MirrorUsage(ctx, 5*time.Second)
+			}
 			err = <-errc
 		}
 	}
@@ -71,4 +77,3 @@ func main() {
 		os.Exit(1)
 	}
 }
-

@@ -702,3 +702,15 @@ func TestSchedulerNotes(t *testing.T) {
 		})
 	}
 }
+
+func TestSchedulerMirrorNeedsNodePatch(t *testing.T) {
+	for mirror, want := range map[string]bool{"true": true, "false": false} {
+		m := render(t, "scheduler.enabled=true", "npd.enabled=false", "scheduler.mirrorUsageAnnotations="+mirror)
+		role := get[rbacv1.ClusterRole](t, m, "ClusterRole", "", "k8s-neuron-scheduler")
+		for _, r := range role.Rules {
+			if slices.Contains(r.Resources, "nodes") && slices.Contains(r.Verbs, "patch") != want {
+				t.Errorf("mirrorUsageAnnotations=%s: nodes verbs %v", mirror, r.Verbs)
+			}
+		}
+	}
+}

@@ -302,9 +302,24 @@ func (p *Plugin) fixRecord(ctx context.Context, f recordFix) error {
 		if string(pod.UID) != f.podUID {
 			return nil
 		}
-		r, err := allocation.Parse(pod.Annotations[allocation.Annotation])
+		r, err := allocation.RecordOf(pod)
 		if err != nil {
 			return err
+		}
+		var anns map[string]*string
+		if r == nil || r.Node != p.o.NodeName {
+			if r != nil {
+				return fmt.Errorf("pod %s runs on node %s but its %s record names node %s", f.pod, p.o.NodeName, allocation.Annotation, r.Node)
+			}
+			// A pod served from the kubelet's ids: its record starts here.
+			r = &allocation.Record{Node: p.o.NodeName}
+		}
+		if !slices.ContainsFunc(r.Containers, func(c allocation.Container) bool { return c.Name == f.container && c.Resource == f.resource }) {
+			r.Containers = append(r.Containers, allocation.Container{Name: f.container, Resource: f.resource})
+		}
+		if _, ok := pod.Annotations[allocation.AllocTime]; !ok {
+			now := strconv.FormatInt(time.Now().UnixNano(), 10)
+			anns = map[string]*string{allocation.AllocTime: &now}
 		}
 		changed := false
 		for i := range r.Containers {
@@ -320,7 +335,12 @@ func (p *Plugin) fixRecord(ctx context.Context, f recordFix) error {
 		if !changed {
 			return nil
 		}
-		anns := allocation.StringPtrs(r.Annotations())
+		for k, v := range allocation.StringPtrs(r.Annotations()) {
+			if anns == nil {
+				anns = map[string]*string{}
+			}
+			anns[k] = v
+		}
 		patch := allocation.MergePatchWithVersion(anns, pod.ResourceVersion)
 		_, err = p.o.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "neuron-device-plugin"})
 		if apierrors.IsConflict(err) {

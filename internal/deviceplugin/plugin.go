@@ -490,13 +490,17 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 					seenServed[skey] = true
 					entry.seen = true
 					p.served[skey] = entry
-					if recC != nil && (!recC.Served || !sameHardware(p.shape, *recC, hw)) {
+					if recC == nil || !recC.Served || !sameHardware(p.shape, *recC, hw) {
 						fixes = append(fixes, recordFix{pod: pr.Namespace + "/" + pr.Name, podUID: string(pod.UID), container: c.Name, resource: d.ResourceName, hw: hw, served: true})
 					}
 				case recC != nil && recC.Served:
 					hw, err = recordHardware(p.shape, *recC)
 				default:
-					hw, err = hardwareOf(p.shape, d.ResourceName, ids)
+					// Served from the kubelet's ids, by this plugin before a restart: record it, so
+					// that the scheduler extender counts it too.
+					if hw, err = hardwareOf(p.shape, d.ResourceName, ids); err == nil {
+						fixes = append(fixes, recordFix{pod: pr.Namespace + "/" + pr.Name, podUID: string(pod.UID), container: c.Name, resource: d.ResourceName, hw: hw, served: true})
+					}
 				}
 				if err != nil {
 					continue
@@ -510,6 +514,9 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 	// other pod is not running on it, gives that pod the fixed pod's old hardware, unserved.
 	for _, f := range fixes {
 		oldRec := records[f.podUID]
+		if oldRec == nil {
+			continue
+		}
 		var old *allocation.Container
 		for i := range oldRec.Containers {
 			if oldRec.Containers[i].Name == f.container && oldRec.Containers[i].Resource == f.resource {

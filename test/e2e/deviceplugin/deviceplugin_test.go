@@ -217,6 +217,23 @@ func TestSeedWorkloads(t *testing.T) {
 		if len(slices.Compact(slices.Sorted(slices.Values(all)))) != len(all) {
 			t.Errorf("%s: containers share cores: %v", name, got)
 		}
+		// Served from the kubelet's ids, the pod gets a record too, so the extender counts it.
+		framework.WaitFor(t, ctx, 10*time.Second, "pod "+name+" to carry a record of what it runs", func(ctx context.Context) (bool, string, error) {
+			p, err := framework.L.Client().CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			r, err := allocation.RecordOf(p)
+			if err != nil || r == nil {
+				return false, fmt.Sprintf("record: %v", err), nil
+			}
+			for _, c := range r.Containers {
+				if !c.Served || !slices.Equal(c.Cores, got[c.Name][1]) || r.Node != p.Spec.NodeName {
+					return false, fmt.Sprintf("record %+v, running %v", r, got), nil
+				}
+			}
+			return len(r.Containers) == len(containers) && p.Annotations[allocation.Allocated] == "true", p.Annotations[allocation.Annotation], nil
+		})
 	}
 }
 

@@ -141,7 +141,7 @@ func TestSeedScenarios(t *testing.T) {
 	})
 }
 
-func create(t *testing.T, ctx context.Context, ns, name, instanceType, res string, n int) {
+func create(t *testing.T, ctx context.Context, ns, name, instanceType, res string, n int, hosts ...string) {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -153,6 +153,11 @@ func create(t *testing.T, ctx context.Context, ns, name, instanceType, res strin
 				Limits: corev1.ResourceList{corev1.ResourceName(res): resource.MustParse(strconv.Itoa(n))},
 			}}},
 		},
+	}
+	if len(hosts) > 0 {
+		pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: labels.Hostname, Operator: corev1.NodeSelectorOpIn, Values: hosts}}}},
+		}}}
 	}
 	if _, err := framework.L.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -184,10 +189,10 @@ func TestChurn(t *testing.T) {
 		name := fmt.Sprintf("churn-%03d", i)
 		if rng.IntN(3) == 0 {
 			s := inf2[rng.IntN(len(inf2))]
-			create(t, ctx, ns, name, "inf2.48xlarge", s.res, s.n)
+			create(t, ctx, ns, name, "inf2.48xlarge", s.res, s.n, "churn-inf2")
 		} else {
 			s := trn1[rng.IntN(len(trn1))]
-			create(t, ctx, ns, name, "trn1.32xlarge", s.res, s.n)
+			create(t, ctx, ns, name, "trn1.32xlarge", s.res, s.n, "churn-0", "churn-1")
 		}
 		mu.Lock()
 		live = append(live, name)
@@ -218,30 +223,42 @@ func TestChurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := map[string]string{} // node/core -> pod
-	running, failed, pending := 0, 0, 0
-	for _, p := range pods.Items {
-		switch p.Status.Phase {
-		case corev1.PodFailed:
-			failed++
-			t.Errorf("pod %s failed: %s", p.Name, p.Status.Message)
-			continue
-		case corev1.PodPending:
-			pending++
-			if _, ok := p.Annotations[allocation.Annotation]; ok {
-				t.Errorf("pending pod %s holds an allocation record: %s", p.Name, p.Annotations[allocation.Annotation])
-			}
-			continue
-		}
-		running++
-		r := checkServed(t, ctx, ns, p.Name)
+	hold := func(name string, r *allocation.Record) {
 		for _, c := range r.Containers {
 			for _, core := range c.Cores {
 				k := fmt.Sprintf("%s/%d", r.Node, core)
 				if other, ok := held[k]; ok {
-					t.Errorf("core %s is held by %s and %s", k, other, p.Name)
+					t.Errorf("core %s is held by %s and %s", k, other, name)
 				}
-				held[k] = p.Name
+				held[k] = name
 			}
+		}
+	}
+	running, failed, pending := 0, 0, 0
+	for _, p := range pods.Items {
+		r, err := allocation.RecordOf(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case p.Status.Phase == corev1.PodFailed:
+			failed++
+			t.Errorf("pod %s failed: %s", p.Name, p.Status.Message)
+		case p.Spec.NodeName == "":
+			pending++
+			if r != nil {
+				t.Errorf("unscheduled pod %s holds an allocation record: %s", p.Name, p.Annotations[allocation.Annotation])
+			}
+		case p.Status.Phase != corev1.PodRunning:
+			// Bound a moment ago, not admitted yet: its record counts.
+			if r == nil {
+				t.Errorf("bound pod %s has no record", p.Name)
+				continue
+			}
+			hold(p.Name, r)
+		default:
+			running++
+			hold(p.Name, checkServed(t, ctx, ns, p.Name))
 		}
 	}
 	t.Logf("after %d creations: %d running, %d pending (did not fit), %d failed; %d cores held", total, running, pending, failed, len(held))
@@ -274,7 +291,7 @@ func TestTwoReplicasNeverShareDevices(t *testing.T) {
 		}
 		replicas = append(replicas, e)
 	}
-	const node = "churn-1"
+	const node = "race"
 	const pods = 40
 	for i := range pods {
 		pod := &corev1.Pod{

@@ -19,5 +19,6 @@ func TestMain(m *testing.M) {
 		{Name: "inf1-a", InstanceType: "inf1.6xlarge"},
 		{Name: "churn", InstanceType: "trn1.32xlarge", Count: 2},
 		{Name: "churn-inf2", InstanceType: "inf2.48xlarge"},
+		{Name: "race", InstanceType: "trn1.32xlarge"},
 	}}, lab.ComponentDevicePlugin, lab.ComponentExtender))
 }

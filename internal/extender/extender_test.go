@@ -1,0 +1,504 @@
+package extender
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// cluster is the test fleet:
+//
+//	trn-empty   trn1.32xlarge, nothing in use
+//	trn-partly  trn1.32xlarge, devices 0-3 held by pod holder-partly
+//	trn-full    trn1.32xlarge, all 16 devices held by pod holder-full
+//	inf-empty   inf2.48xlarge, only a terminated pod's record names it
+//	trn-dra     trn1.32xlarge served by the DRA driver
+//	cpu         m5.large, no Neuron devices
+func cluster() []runtime.Object {
+	done := testPod("done").neuron(12).record("inf-empty", seqInts(0, 12)...).obj()
+	done.Status.Phase = corev1.PodSucceeded
+	return []runtime.Object{
+		testNode("trn-empty").instanceType(trn1).obj(),
+		testNode("trn-partly").instanceType(trn1).obj(),
+		testNode("trn-full").instanceType(trn1).obj(),
+		testNode("inf-empty").instanceType(inf2).obj(),
+		testNode("trn-dra").instanceType(trn1).dra().obj(),
+		testNode("cpu").instanceType("m5.large").obj(),
+		testPod("holder-partly").neuron(4).record("trn-partly", 0, 1, 2, 3).obj(),
+		testPod("holder-full").neuron(16).record("trn-full", seqInts(0, 16)...).obj(),
+		done,
+	}
+}
+
+var allNodes = []string{"trn-empty", "trn-partly", "trn-full", "inf-empty", "trn-dra", "cpu"}
+
+const unsupported7 = "Instance type trn1.32xlarge does not support requests for device: 7. Please request a different number of devices."
+
+func TestNewNeedsClient(t *testing.T) {
+	if _, err := New(Options{}); err == nil {
+		t.Fatal("New without a client must fail")
+	}
+}
+
+func TestFilter(t *testing.T) {
+	e, _, ctx := startExtender(t, cluster()...)
+	for _, tc := range []struct {
+		name         string
+		pod          *corev1.Pod
+		nodes        []string
+		passed       []string
+		failed       map[string]string // node -> substring of the reason
+		unresolvable map[string]string
+	}{
+		{
+			name:   "4 devices",
+			pod:    testPod("p").neuron(4).obj(),
+			nodes:  append(slices.Clone(allNodes), "ghost"),
+			passed: []string{"trn-empty", "trn-partly", "inf-empty"},
+			failed: map[string]string{"trn-full": "no free valid set of 4 devices on this trn1.32xlarge node (free devices: none)"},
+			unresolvable: map[string]string{
+				"trn-dra": "node trn-dra is served by the DRA driver (kube-neuron.io/allocation-mode=dra): request its devices with a ResourceClaim",
+				"cpu":     `node cpu is not a Neuron node (instance type "m5.large" is not in the catalog)`,
+				"ghost":   "node ghost is not known to the extender yet",
+			},
+		},
+		{
+			name:   "7 devices: unsupported on trn1, fine on the inf2 ring",
+			pod:    testPod("p").neuron(7).obj(),
+			nodes:  []string{"trn-empty", "trn-partly", "trn-full", "inf-empty"},
+			passed: []string{"inf-empty"},
+			failed: map[string]string{},
+			unresolvable: map[string]string{
+				"trn-empty":  unsupported7,
+				"trn-partly": unsupported7,
+				"trn-full":   unsupported7,
+			},
+		},
+		{
+			name:         "no Neuron request passes every node",
+			pod:          testPod("p").container("main", "", 0).obj(),
+			nodes:        allNodes,
+			passed:       allNodes,
+			failed:       map[string]string{},
+			unresolvable: map[string]string{},
+		},
+		{
+			// 13 cores span 7 devices: a valid set on the inf2 ring, never on the trn1 torus.
+			name:   "13 cores",
+			pod:    testPod("p").neuronCores(13).obj(),
+			nodes:  []string{"trn-empty", "trn-partly", "trn-full", "inf-empty"},
+			passed: []string{"inf-empty"},
+			failed: map[string]string{},
+			unresolvable: map[string]string{
+				"trn-empty":  "does not support requests for core: 13",
+				"trn-partly": "does not support requests for core: 13",
+				"trn-full":   "does not support requests for core: 13",
+			},
+		},
+		{
+			// A failed bind can leave the pod's own record behind: it must not block the pod.
+			name:         "the pod's own record does not count",
+			pod:          testPod("holder-full").neuron(16).record("trn-full", seqInts(0, 16)...).obj(),
+			nodes:        []string{"trn-full", "trn-partly"},
+			passed:       []string{"trn-full"},
+			failed:       map[string]string{"trn-partly": "no free valid set of 16 devices"},
+			unresolvable: map[string]string{},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			passed, failed, unresolvable := e.Filter(ctx, tc.pod, tc.nodes)
+			if !slices.Equal(passed, tc.passed) {
+				t.Errorf("passed %v, want %v", passed, tc.passed)
+			}
+			checkReasons(t, "failed", failed, tc.failed)
+			checkReasons(t, "unresolvable", unresolvable, tc.unresolvable)
+		})
+	}
+}
+
+func checkReasons(t *testing.T, what string, got, want map[string]string) {
+	t.Helper()
+	if !slices.Equal(slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want))) {
+		t.Errorf("%s nodes %v, want %v", what, got, want)
+		return
+	}
+	for node, sub := range want {
+		if !strings.Contains(got[node], sub) {
+			t.Errorf("%s %s: reason %q does not contain %q", what, node, got[node], sub)
+		}
+	}
+}
+
+func TestFilterExactUnsupportedMessage(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	pod := testPod("seven").neuron(7).obj()
+	if _, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	passed, failed, unresolvable := e.Filter(ctx, pod, []string{"trn-empty"})
+	if len(passed) != 0 || len(failed) != 0 {
+		t.Fatalf("passed %v failed %v", passed, failed)
+	}
+	if got := unresolvable["trn-empty"]; got != unsupported7 {
+		t.Errorf("message %q, want %q", got, unsupported7)
+	}
+	// No node passed because of an unsupported count: the pod is told with a Warning event.
+	waitFor(t, 10*time.Second, "an UnsupportedNeuronRequest event", func() bool {
+		evs, err := client.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason == "UnsupportedNeuronRequest" && ev.Type == corev1.EventTypeWarning && ev.Message == unsupported7 && ev.InvolvedObject.Name == pod.Name {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestPrioritize(t *testing.T) {
+	e, _, ctx := startExtender(t, cluster()...)
+	scores := e.Prioritize(ctx, testPod("p").neuron(4).obj(), allNodes)
+	if len(scores) != len(allNodes) {
+		t.Fatalf("scores for %d nodes, want %d: %v", len(scores), len(allNodes), scores)
+	}
+	for n, s := range scores {
+		if s < 0 || s > 10 {
+			t.Errorf("%s: score %d out of 0-10", n, s)
+		}
+	}
+	if scores["trn-partly"] <= scores["trn-empty"] {
+		t.Errorf("partly used node scores %d, empty node %d: want the partly used one first", scores["trn-partly"], scores["trn-empty"])
+	}
+	for _, n := range []string{"trn-full", "trn-dra", "cpu"} {
+		if scores[n] != 0 {
+			t.Errorf("%s scores %d, want 0 (it cannot take the pod)", n, scores[n])
+		}
+	}
+	none := e.Prioritize(ctx, testPod("p").container("main", "", 0).obj(), allNodes)
+	for n, s := range none {
+		if s != 0 {
+			t.Errorf("a pod without Neuron requests: %s scores %d, want 0", n, s)
+		}
+	}
+}
+
+// createPod stores the pod in the fake API server.
+func createPod(t testing.TB, ctx context.Context, client *fake.Clientset, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	p, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func getPod(t testing.TB, ctx context.Context, client *fake.Clientset, ns, name string) *corev1.Pod {
+	t.Helper()
+	p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func bindings(client *fake.Clientset) []*corev1.Binding {
+	var out []*corev1.Binding
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "create" && a.GetResource().Resource == "pods" && a.GetSubresource() == "binding" {
+			out = append(out, a.(k8stesting.CreateAction).GetObject().(*corev1.Binding))
+		}
+	}
+	return out
+}
+
+func TestBind(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	pod := createPod(t, ctx, client, testPod("p").neuron(4).obj())
+	before := time.Now().UnixNano()
+	if err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-partly"); err != nil {
+		t.Fatal(err)
+	}
+
+	got := getPod(t, ctx, client, pod.Namespace, pod.Name)
+	rec, err := allocation.RecordOf(got)
+	if err != nil || rec == nil {
+		t.Fatalf("record: %v, %v (annotations %v)", rec, err, got.Annotations)
+	}
+	want := &allocation.Record{Node: "trn-partly", Containers: []allocation.Container{{
+		Name: "main", Resource: topology.ResourceNeuron, Devices: []int{4, 5, 6, 7}, Cores: seqInts(8, 8),
+	}}}
+	if rec.Encode() != want.Encode() {
+		t.Errorf("record %s, want %s (best fit: the block next to the used 0-3)", rec.Encode(), want.Encode())
+	}
+	for k, v := range map[string]string{
+		allocation.AWSNeuronIDs: "4,5,6,7",
+		allocation.Allocated:    "false",
+		allocation.ResourceType: topology.ResourceNeuron,
+	} {
+		if got.Annotations[k] != v {
+			t.Errorf("annotation %s = %q, want %q", k, got.Annotations[k], v)
+		}
+	}
+	if at, err := strconv.ParseInt(got.Annotations[allocation.AllocTime], 10, 64); err != nil || at < before || at > time.Now().UnixNano() {
+		t.Errorf("annotation %s = %q: want unix nanoseconds of the bind", allocation.AllocTime, got.Annotations[allocation.AllocTime])
+	}
+
+	bs := bindings(client)
+	if len(bs) != 1 {
+		t.Fatalf("%d binding creates, want 1", len(bs))
+	}
+	if b := bs[0]; b.Name != pod.Name || b.Namespace != pod.Namespace || b.UID != pod.UID || b.Target.Kind != "Node" || b.Target.Name != "trn-partly" {
+		t.Errorf("binding %+v", b)
+	}
+
+	lease, err := client.CoordinationV1().Leases("kube-system").Get(ctx, "kube-neuron-bind-trn-partly", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last map[string]string
+	if err := json.Unmarshal([]byte(lease.Annotations["kube-neuron.io/last-bind"]), &last); err != nil {
+		t.Fatalf("last-bind annotation %q: %v", lease.Annotations["kube-neuron.io/last-bind"], err)
+	}
+	if last["namespace"] != pod.Namespace || last["name"] != pod.Name || last["uid"] != string(pod.UID) {
+		t.Errorf("last-bind %v, want the pod", last)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "test" || lease.Spec.RenewTime == nil {
+		t.Errorf("lease spec %+v", lease.Spec)
+	}
+}
+
+func TestBindWithoutNeuronRequests(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	pod := createPod(t, ctx, client, testPod("plain").container("main", "", 0).obj())
+	if err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty"); err != nil {
+		t.Fatal(err)
+	}
+	if got := getPod(t, ctx, client, pod.Namespace, pod.Name); len(got.Annotations) != 0 {
+		t.Errorf("annotations %v, want none", got.Annotations)
+	}
+	if len(bindings(client)) != 1 {
+		t.Errorf("want one binding")
+	}
+}
+
+func TestBindRefusals(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	pod := createPod(t, ctx, client, testPod("p").neuron(4).obj())
+	for _, tc := range []struct {
+		name, ns, pod string
+		uid           types.UID
+		node, want    string
+	}{
+		{"replaced pod", pod.Namespace, pod.Name, "other-uid", "trn-empty", "was replaced"},
+		{"missing pod", "default", "nope", "x", "trn-empty", "getting pod default/nope"},
+		{"full node", pod.Namespace, pod.Name, pod.UID, "trn-full", "no longer fits node trn-full"},
+		{"DRA node", pod.Namespace, pod.Name, pod.UID, "trn-dra", "served by the DRA driver"},
+		{"non-Neuron node", pod.Namespace, pod.Name, pod.UID, "cpu", "is not a Neuron node"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := e.Bind(ctx, tc.ns, tc.pod, tc.uid, tc.node)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if got := getPod(t, ctx, client, pod.Namespace, pod.Name); got.Annotations[allocation.Annotation] != "" {
+		t.Errorf("a refused bind left a record: %v", got.Annotations)
+	}
+	if n := len(bindings(client)); n != 0 {
+		t.Errorf("%d bindings after refused binds", n)
+	}
+}
+
+func TestBindFailureLeavesNoRecord(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	var fail sync.Map // pod name -> true: its binding create fails
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := a.(k8stesting.CreateAction).GetObject().(*corev1.Binding)
+		if _, ok := fail.Load(b.Name); ok {
+			return true, nil, errors.New("the API server said no")
+		}
+		return false, nil, nil
+	})
+	pod := createPod(t, ctx, client, testPod("p").neuron(4).obj())
+	fail.Store(pod.Name, true)
+	err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty")
+	if err == nil || !strings.Contains(err.Error(), "the API server said no") {
+		t.Fatalf("err = %v, want the binding error", err)
+	}
+	got := getPod(t, ctx, client, pod.Namespace, pod.Name)
+	for _, k := range []string{allocation.Annotation, allocation.AWSNeuronIDs, allocation.AllocTime, allocation.Allocated, allocation.ResourceType} {
+		if v, ok := got.Annotations[k]; ok {
+			t.Errorf("failed bind left annotation %s=%q", k, v)
+		}
+	}
+
+	// The devices are free again: the retry of the same pod gets the whole node's first block.
+	fail.Delete(pod.Name)
+	start := time.Now()
+	if err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the retry after a failed bind took %v", time.Since(start))
+	rec, err := allocation.RecordOf(getPod(t, ctx, client, pod.Namespace, pod.Name))
+	if err != nil || rec == nil || !slices.Equal(rec.Containers[0].Devices, []int{0, 1, 2, 3}) {
+		t.Errorf("record after the retry: %+v, %v", rec, err)
+	}
+}
+
+func TestSequentialBindsAreDisjoint(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	var seen []int
+	for i := range 4 {
+		pod := createPod(t, ctx, client, testPod(fmt.Sprintf("p%d", i)).neuron(4).obj())
+		// No waiting for the informer: Bind itself waits for the previous decision.
+		if err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty"); err != nil {
+			t.Fatalf("bind %d: %v", i, err)
+		}
+		rec, err := allocation.RecordOf(getPod(t, ctx, client, pod.Namespace, pod.Name))
+		if err != nil || rec == nil {
+			t.Fatalf("bind %d: record %v, %v", i, rec, err)
+		}
+		for _, d := range rec.Containers[0].Devices {
+			if slices.Contains(seen, d) {
+				t.Fatalf("bind %d took device %d again (had %v)", i, d, seen)
+			}
+			seen = append(seen, d)
+		}
+	}
+	slices.Sort(seen)
+	if !slices.Equal(seen, seqInts(0, 16)) {
+		t.Errorf("four 4-device binds took %v, want every device once", seen)
+	}
+	// The node is full now, as the next bind and a filter both see.
+	pod := createPod(t, ctx, client, testPod("p-extra").neuron(1).obj())
+	if err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty"); err == nil || !strings.Contains(err.Error(), "no longer fits") {
+		t.Errorf("bind on a full node: %v", err)
+	}
+	if passed, _, _ := e.Filter(ctx, pod, []string{"trn-empty"}); len(passed) != 0 {
+		t.Errorf("filter passes the full node")
+	}
+}
+
+func TestConcurrentBindsAreDisjoint(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	const n = 16 // 16 pods of 2 cores fill a trn1 exactly
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		pods[i] = createPod(t, ctx, client, testPod(fmt.Sprintf("c%d", i)).neuronCores(2).obj())
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, p := range pods {
+		wg.Go(func() { errs[i] = e.Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty") })
+	}
+	wg.Wait()
+	used := map[int]string{}
+	for i, p := range pods {
+		if errs[i] != nil {
+			t.Errorf("bind %s: %v", p.Name, errs[i])
+			continue
+		}
+		rec, err := allocation.RecordOf(getPod(t, ctx, client, p.Namespace, p.Name))
+		if err != nil || rec == nil {
+			t.Fatalf("%s: record %v, %v", p.Name, rec, err)
+		}
+		for _, c := range rec.Containers[0].Cores {
+			if other, ok := used[c]; ok {
+				t.Errorf("core %d given to %s and %s", c, other, p.Name)
+			}
+			used[c] = p.Name
+		}
+	}
+	if len(used) != 32 {
+		t.Errorf("%d cores used, want all 32", len(used))
+	}
+}
+
+func TestLeaseName(t *testing.T) {
+	if got := LeaseName("n1"); got != "kube-neuron-bind-n1" {
+		t.Errorf("LeaseName(n1) = %q", got)
+	}
+	long := strings.Repeat("a", 253)
+	got := LeaseName(long)
+	if len(got) > 253 || !strings.HasPrefix(got, "kube-neuron-bind-") {
+		t.Errorf("LeaseName(long) = %q (%d chars)", got, len(got))
+	}
+	if LeaseName(long) != got || LeaseName(long+"b") == got {
+		t.Errorf("LeaseName must be a stable, distinct name for long node names")
+	}
+}
+
+// TestBindAfterFailedBindDoesNotStall reproduces a known bug: a bind whose Binding create fails
+// removes the pod's record but leaves the node's Lease naming that pod as the last decision, so
+// the next bind to the node waits in waitForLastBind for a record that will never come, 5 s,
+// holding the node's lock. Set KUBE_NEURON_KNOWN_BUGS=1 to run it.
+func TestBindAfterFailedBindDoesNotStall(t *testing.T) {
+	if os.Getenv("KUBE_NEURON_KNOWN_BUGS") == "" {
+		t.Skip("known bug: the next bind after a failed Binding create stalls 5 s (set KUBE_NEURON_KNOWN_BUGS=1)")
+	}
+	e, client, ctx := startExtender(t, cluster()...)
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "binding" && a.(k8stesting.CreateAction).GetObject().(*corev1.Binding).Name == "fails" {
+			return true, nil, errors.New("the API server said no")
+		}
+		return false, nil, nil
+	})
+	p := createPod(t, ctx, client, testPod("fails").neuron(4).obj())
+	q := createPod(t, ctx, client, testPod("next").neuron(4).obj())
+	if err := e.Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err == nil {
+		t.Fatal("the bind must fail")
+	}
+	// Let the informer see the rollback, as it has by the time the scheduler binds again.
+	waitFor(t, 5*time.Second, "the informer to see the rollback", func() bool {
+		obj, ok, _ := e.pods.GetStore().GetByKey("default/fails")
+		if !ok {
+			return false
+		}
+		_, has := obj.(*corev1.Pod).Annotations[allocation.Annotation]
+		return !has
+	})
+	time.Sleep(200 * time.Millisecond) // the fake API server sets no resourceVersions to wait on
+	start := time.Now()
+	if err := e.Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the bind after a failed bind took %v", d)
+	}
+}

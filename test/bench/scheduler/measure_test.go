@@ -1,0 +1,344 @@
+//go:build e2e
+
+package scheduler
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/kube-neuron/kube-neuron/internal/lab"
+)
+
+// verbStats times the extender's HTTP verbs on the server side (handler entry to return,
+// JSON decoding and encoding included).
+type verbStats struct {
+	verbs map[string]*verbStat // path -> stat; fixed at creation, so reads need no lock
+}
+
+type verbStat struct {
+	calls, nanos atomic.Int64
+}
+
+func newVerbStats() *verbStats {
+	return &verbStats{verbs: map[string]*verbStat{"/filter": {}, "/prioritize": {}, "/bind": {}}}
+}
+
+func (s *verbStats) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := s.verbs[r.URL.Path]
+		if st == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		begin := time.Now()
+		h.ServeHTTP(w, r)
+		st.calls.Add(1)
+		st.nanos.Add(int64(time.Since(begin)))
+	})
+}
+
+// snapshot returns calls and total time per verb ("filter", "prioritize", "bind").
+func (s *verbStats) snapshot() map[string]callStat {
+	out := map[string]callStat{}
+	for path, st := range s.verbs {
+		out[strings.TrimPrefix(path, "/")] = callStat{N: st.calls.Load(), Total: time.Duration(st.nanos.Load())}
+	}
+	return out
+}
+
+type callStat struct {
+	N     int64
+	Total time.Duration
+}
+
+func (c callStat) mean() time.Duration {
+	if c.N == 0 {
+		return 0
+	}
+	return c.Total / time.Duration(c.N)
+}
+
+func diffStats(after, before map[string]callStat) map[string]callStat {
+	out := map[string]callStat{}
+	for k, a := range after {
+		b := before[k]
+		if d := (callStat{N: a.N - b.N, Total: a.Total - b.Total}); d.N > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// serveHTTP serves h on a free port of 127.0.0.1 until ctx ends, with the http.Server settings
+// of extender.ServeListener, and returns its URL.
+func serveHTTP(ctx context.Context, h http.Handler) (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 16,
+	}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	go func() { _ = srv.Serve(lis) }()
+	return "http://" + lis.Addr().String(), nil
+}
+
+// apiCounter counts a client's API requests by verb and resource and times them (request sent
+// to response headers); watches are counted, not timed.
+type apiCounter struct {
+	mu sync.Mutex
+	m  map[string]callStat
+}
+
+func (c *apiCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		key := apiKey(req)
+		begin := time.Now()
+		resp, err := rt.RoundTrip(req)
+		d := time.Since(begin)
+		if strings.HasPrefix(key, "watch ") {
+			d = 0
+		}
+		c.mu.Lock()
+		if c.m == nil {
+			c.m = map[string]callStat{}
+		}
+		s := c.m[key]
+		s.N++
+		s.Total += d
+		c.m[key] = s
+		c.mu.Unlock()
+		return resp, err
+	})
+}
+
+func (c *apiCounter) snapshot() map[string]callStat {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]callStat, len(c.m))
+	for k, v := range c.m {
+		out[k] = v
+	}
+	return out
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// apiKey names a request "<verb> <resource>[/<subresource>]", e.g. "get leases",
+// "create pods/binding".
+func apiKey(req *http.Request) string {
+	segs := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	// /api/v1/... or /apis/<group>/<version>/...
+	i := 2
+	if len(segs) > 0 && segs[0] == "apis" {
+		i = 3
+	}
+	if i < len(segs) && segs[i] == "namespaces" && i+2 < len(segs) {
+		i += 2
+	}
+	rest := []string{}
+	if i < len(segs) {
+		rest = segs[i:]
+	}
+	resource, named := "?", false
+	if len(rest) > 0 {
+		resource = rest[0]
+	}
+	if len(rest) > 1 {
+		named = true
+	}
+	if len(rest) > 2 {
+		resource += "/" + rest[2]
+	}
+	verb := strings.ToLower(req.Method)
+	switch req.Method {
+	case http.MethodGet:
+		verb = "list"
+		if named {
+			verb = "get"
+		}
+		if req.URL.Query().Get("watch") == "true" || req.URL.Query().Get("watch") == "1" {
+			verb = "watch"
+		}
+	case http.MethodPost:
+		verb = "create"
+	case http.MethodPut:
+		verb = "update"
+	}
+	return verb + " " + resource
+}
+
+// timedLimiter is a client-side token bucket that adds up the time callers waited in it.
+type timedLimiter struct {
+	flowcontrol.RateLimiter
+	waited atomic.Int64
+}
+
+func (l *timedLimiter) Wait(ctx context.Context) error {
+	begin := time.Now()
+	err := l.RateLimiter.Wait(ctx)
+	l.waited.Add(int64(time.Since(begin)))
+	return err
+}
+
+func (l *timedLimiter) Accept() {
+	begin := time.Now()
+	l.RateLimiter.Accept()
+	l.waited.Add(int64(time.Since(begin)))
+}
+
+// instrumentedClientConfig returns cfg with a client-side rate limit of qps (burst 2*qps, as
+// neuron-scheduler-extender sets 200/400), a request counter and a timed limiter.
+func instrumentedClientConfig(cfg *rest.Config, qps int) (*rest.Config, *apiCounter, *timedLimiter) {
+	cfg = rest.CopyConfig(cfg)
+	counter := &apiCounter{}
+	limiter := &timedLimiter{RateLimiter: flowcontrol.NewTokenBucketRateLimiter(float32(qps), 2*qps)}
+	cfg.RateLimiter = limiter
+	cfg.QPS, cfg.Burst = float32(qps), 2*qps
+	cfg.Wrap(counter.wrap)
+	return cfg, counter, limiter
+}
+
+// cpuSeconds returns the CPU time (user+system) of the control plane's processes by name and of
+// this test process ("bench (test process)"), from /proc.
+func cpuSeconds(cp *lab.ControlPlane) map[string]float64 {
+	out := map[string]float64{}
+	for _, p := range cp.Processes() {
+		if s, err := procCPU(p.PID); err == nil {
+			out[p.Name] = s
+		}
+	}
+	if s, err := procCPU(os.Getpid()); err == nil {
+		out[selfName] = s
+	}
+	return out
+}
+
+const selfName = "test process"
+
+// procCPU reads utime+stime of /proc/<pid>/stat in seconds (USER_HZ is 100 on Linux).
+func procCPU(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	return (ut + st) / 100, nil
+}
+
+// scrapeMetrics reads a Prometheus text exposition into "name{labels}" -> value.
+func scrapeMetrics(ctx context.Context, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return nil, fmt.Errorf("GET %s: %s %q", url, resp.Status, body)
+	}
+	return parseMetrics(resp.Body)
+}
+
+func parseMetrics(r io.Reader) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// histogramMean returns the mean and count of a histogram's observations in the scrape.
+func histogramMean(m map[string]float64, name string) (time.Duration, float64) {
+	n := m[name+"_count"]
+	if n == 0 {
+		return 0, 0
+	}
+	return time.Duration(m[name+"_sum"] / n * float64(time.Second)), n
+}
+
+// histogramQuantile estimates a quantile from cumulative buckets (upper bound of the bucket).
+func histogramQuantile(m map[string]float64, name string, q float64) time.Duration {
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	prefix := name + `_bucket{le="`
+	for k, v := range m {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		le, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(k, prefix), `"}`), 64)
+		if err != nil {
+			continue // +Inf
+		}
+		bs = append(bs, bucket{le, v})
+	}
+	total := m[name+"_count"]
+	if total == 0 || len(bs) == 0 {
+		return 0
+	}
+	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+	for _, b := range bs {
+		if b.n >= q*total {
+			return time.Duration(b.le * float64(time.Second))
+		}
+	}
+	return time.Duration(bs[len(bs)-1].le*float64(time.Second)) + 1 // above the largest bucket
+}
