@@ -211,7 +211,13 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 		podUID, who = matched.PodUID, matched.Pod+" container "+matched.Container.Name
 	}
 	p.mu.Lock()
-	conflicts := Conflicts(hw, podUID, p.holdings)
+	// The last refresh's holdings may predate answers given since (refresh computes them without
+	// the lock); every answer not yet seen to go is in p.served, so check against both.
+	current := slices.Clone(p.holdings)
+	for _, e := range p.served {
+		current = append(current, Holding{Pod: "(served by this plugin)", PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
+	}
+	conflicts := Conflicts(hw, podUID, current)
 	if matched == nil {
 		// The kubelet's own pool ids for this pool never conflict with themselves.
 		conflicts = slices.DeleteFunc(conflicts, func(h Holding) bool { return h.Resource == resource && slices.Equal(h.KubeletIDs, ids) })

@@ -373,6 +373,14 @@ func (p *Plugin) refresh(ctx context.Context) {
 	}
 	p.mu.Lock()
 	p.holdings = holdings
+	// Answers given while the holdings were computed are not in them yet: add them, so that the
+	// withdrawal below already covers them.
+	for _, e := range p.served {
+		if !servedIn(holdings, e) {
+			p.holdings = append(p.holdings, Holding{Pod: "(served by this plugin)", PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
+		}
+	}
+	holdings = p.holdings
 	views := map[string]map[string]string{}
 	changed := map[string]bool{}
 	for _, res := range Resources {
@@ -575,6 +583,16 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 		}
 	}
 	return holdings, fixes
+}
+
+// servedIn reports whether the holdings already have the answer e.
+func servedIn(holdings []Holding, e servedEntry) bool {
+	for _, h := range holdings {
+		if h.Resource == e.resource && slices.Equal(h.KubeletIDs, e.kubelet) {
+			return true
+		}
+	}
+	return false
 }
 
 func podByUID(pods []*corev1.Pod, uid string) string {

@@ -131,10 +131,12 @@ func Withdrawn(shape *topology.Shape, resource string, unhealthy []bool, holding
 }
 
 // Conflicts returns the holdings, other than those of the pod podUID, whose hardware overlaps hw.
+// An empty podUID (a call for an unknown pod) excludes nothing: holdings of unknown pods are
+// other pods' too.
 func Conflicts(hw topology.Allocation, podUID string, holdings []Holding) []Holding {
 	var out []Holding
 	for _, h := range holdings {
-		if h.PodUID == podUID {
+		if podUID != "" && h.PodUID == podUID {
 			continue
 		}
 		for _, c := range h.Hardware.Cores {

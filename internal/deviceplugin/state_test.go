@@ -144,6 +144,11 @@ func TestConflicts(t *testing.T) {
 	if got := Conflicts(hw(t, s, topology.ResourceNeuron, "12"), "x", holdings); len(got) != 0 {
 		t.Errorf("free device: %v", got)
 	}
+	// Calls for unknown pods (kubelet ids) conflict with other unknown pods' holdings.
+	unknown := []Holding{{Pod: "(being admitted)", Resource: topology.ResourceNeuron, KubeletIDs: []string{"2"}, Hardware: hw(t, s, topology.ResourceNeuron, "2")}}
+	if got := Conflicts(hw(t, s, topology.ResourceNeuronCore, "4", "5"), "", unknown); len(got) != 1 {
+		t.Errorf("cores 4,5 against device 2 held by an unknown pod: %v", got)
+	}
 }
 
 func TestResponse(t *testing.T) {

@@ -439,3 +439,49 @@ func TestUnsupportedCountWithoutExtender(t *testing.T) {
 		}
 	}
 }
+
+// TestBurstAcrossPools creates device and core pods on one node in a burst, under the default
+// scheduler: whatever the kubelet's three pools believe at each moment, no two running pods may
+// share a core, and a refused pod says why.
+func TestBurstAcrossPools(t *testing.T) {
+	ctx := framework.Context(t)
+	ns := framework.CreateNamespace(t, ctx)
+	const node = "inf2-a"
+	var names []string
+	for i := range 10 {
+		name := fmt.Sprintf("burst-%02d", i)
+		names = append(names, name)
+		if i%2 == 0 {
+			createPod(t, ctx, ns, podSpec{name: name, node: node, containers: []ctr{{"a", neuronRes, 1}, {"b", neuronRes, 1}}})
+		} else {
+			createPod(t, ctx, ns, podSpec{name: name, node: node, containers: []ctr{{"app", coreRes, 2}}})
+		}
+	}
+	owner := map[int]string{}
+	for _, name := range names {
+		var pod *corev1.Pod
+		framework.WaitFor(t, ctx, 60*time.Second, "pod "+name+" to run or fail", func(ctx context.Context) (bool, string, error) {
+			p, err := framework.L.Client().CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			pod = p
+			return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed, string(p.Status.Phase), nil
+		})
+		if pod.Status.Phase == corev1.PodFailed {
+			if !strings.Contains(pod.Status.Message, "refusing to hand them out twice") && !strings.Contains(pod.Status.Message, "Requested:") {
+				t.Errorf("%s failed: %s", name, pod.Status.Message)
+			}
+			continue
+		}
+		for c, r := range running(t, pod) {
+			for _, core := range r[1] {
+				if other, ok := owner[core]; ok {
+					t.Errorf("core %d is used by %s and %s/%s", core, other, name, c)
+				}
+				owner[core] = name + "/" + c
+			}
+		}
+	}
+	t.Logf("%d cores in use after the burst", len(owner))
+}
