@@ -51,7 +51,7 @@ func main() {
 		if cerr != nil {
 			err = fmt.Errorf("loading the Kubernetes client configuration: %w", cerr)
 		} else {
-			restCfg.QPS, restCfg.Burst = 200, 400
+			restCfg.QPS, restCfg.Burst = 1000, 2000
 			o.Client, err = kubernetes.NewForConfig(restCfg)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,8 +28,21 @@ import (
 // Namespace is where the demo applies the examples.
 const Namespace = "demo"
 
-// ExampleDirs are the directories of examples/ whose components exist, applied in order.
-var ExampleDirs = []string{"lab", "device-plugin"}
+// ExampleDirs are the directories of examples/ whose components exist, applied in order; the
+// demo lets each settle before the next (the extender's pods pack tightly first, then the default
+// scheduler's pods of device-plugin/ take what is left).
+var ExampleDirs = []string{"lab", "extender", "device-plugin"}
+
+// Fleet is the demo's fleet: every example has a node it fits, and trn2-a shows a node served by
+// the DRA driver.
+var Fleet = lab.FleetFile{Nodes: []lab.FleetEntry{
+	{Name: "inf1-a", InstanceType: "inf1.6xlarge"},
+	{Name: "inf2-a", InstanceType: "inf2.48xlarge"},
+	{Name: "trn1-a", InstanceType: "trn1.32xlarge"},
+	{Name: "trn1-b", InstanceType: "trn1.32xlarge"},
+	{Name: "trn1-c", InstanceType: "trn1.32xlarge"},
+	{Name: "trn2-a", InstanceType: "trn2.48xlarge", Mode: lab.ModeDRA},
+}}
 
 // Options configure Run.
 type Options struct {
@@ -45,6 +59,9 @@ func Run(ctx context.Context, o Options) error {
 	out := o.Out
 	begin := time.Now()
 	fmt.Fprintf(out, "== Starting the lab: a real control plane on 127.0.0.1, simulated Neuron nodes, and %v (state in %s)\n", o.Lab.Components, o.Lab.Dir)
+	if o.Lab.Fleet == nil {
+		o.Lab.Fleet = &Fleet
+	}
 	l, err := lab.Start(ctx, o.Lab)
 	if err != nil {
 		return err
@@ -64,6 +81,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	fmt.Fprintf(out, "\n== Applying the examples (namespace %s)\n", Namespace)
+	var pods []corev1.Pod
 	for _, dir := range ExampleDirs {
 		files, _ := filepath.Glob(filepath.Join(o.Examples, dir, "*.yaml"))
 		sort.Strings(files)
@@ -79,15 +97,18 @@ func Run(ctx context.Context, o Options) error {
 			rel, _ := filepath.Rel(filepath.Dir(o.Examples), f)
 			fmt.Fprintf(out, "%s: %s\n", rel, strings.Join(names, ", "))
 		}
+		if pods, err = settle(ctx, l, o.Wait); err != nil {
+			return err
+		}
 	}
-	pods, err := settle(ctx, l, o.Wait)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(out, "\n== What every pod got")
+	fmt.Fprintln(out, "\n== What every pod got (the device plugin's answers, as the simulated kubelet recorded them)")
 	printPods(out, pods)
-	fmt.Fprintln(out, "\n== Topology maps (cores in use by the pods above marked #)")
-	return printMaps(out, l, pods)
+	fmt.Fprintln(out, "\n== $ kubectl-neuron nodes   (usage derived from the pods' allocation records)")
+	var stderr strings.Builder
+	if code := cli.Main([]string{"nodes", "--kubeconfig", l.Kubeconfig()}, out, &stderr); code != 0 {
+		fmt.Fprintf(out, "kubectl-neuron nodes failed (exit %d): %s\n", code, stderr.String())
+	}
+	return nil
 }
 
 func printNodes(ctx context.Context, out io.Writer, l *lab.Lab) error {
@@ -120,7 +141,7 @@ func settle(ctx context.Context, l *lab.Lab, wait time.Duration) ([]corev1.Pod, 
 		}
 		settled := true
 		for _, p := range list.Items {
-			if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodFailed {
+			if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodFailed && !unschedulable(p) {
 				settled = false
 			}
 		}
@@ -132,6 +153,16 @@ func settle(ctx context.Context, l *lab.Lab, wait time.Duration) ([]corev1.Pod, 
 	}
 }
 
+// unschedulable reports whether the scheduler found no node for the pod (it stays Pending).
+func unschedulable(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
 // row is what the summary shows of one container or claim.
 type row struct {
 	name, devices, cores, env string
@@ -139,13 +170,16 @@ type row struct {
 }
 
 func envRow(name string, devices []string, env map[string]string) row {
-	r := row{name: name, devices: strings.Join(devices, ",")}
+	r := row{name: name, devices: compactDevices(devices)}
 	if cores, err := topology.ParseList(env["NEURON_RT_VISIBLE_CORES"]); err == nil {
 		r.coreIDs = cores
 		r.cores = topology.FormatList(cores)
 	}
 	var kv []string
 	for k, v := range env {
+		if ids, err := topology.ParseList(v); err == nil && len(ids) > 2 {
+			v = topology.FormatList(ids) // shortened for the table; the container gets the full list
+		}
 		kv = append(kv, k+"="+v)
 	}
 	slices.Sort(kv)
@@ -174,9 +208,25 @@ func rows(p corev1.Pod) []row {
 	return out
 }
 
+// compactDevices writes /dev/neuron0,/dev/neuron1,... as /dev/neuron[0-1].
+func compactDevices(paths []string) string {
+	var ids []int
+	for _, p := range paths {
+		n, err := strconv.Atoi(strings.TrimPrefix(p, "/dev/neuron"))
+		if err != nil {
+			return strings.Join(paths, ",")
+		}
+		ids = append(ids, n)
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	return "/dev/neuron[" + topology.FormatList(ids) + "]"
+}
+
 func printPods(out io.Writer, pods []corev1.Pod) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "POD/CONTAINER\tNODE\tPHASE\tDEVICES\tCORES\tENV")
+	fmt.Fprintln(w, "POD/CONTAINER\tNODE\tPHASE\tDEVICE NODES\tCORES\tENV (id lists shortened)")
 	for _, p := range pods {
 		phase := string(p.Status.Phase)
 		if p.Status.Reason != "" {
@@ -206,28 +256,6 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func printMaps(out io.Writer, l *lab.Lab, pods []corev1.Pod) error {
-	for _, s := range l.Nodes() {
-		shape, err := topology.NewShape(s.InstanceType, s.LNC)
-		if err != nil {
-			return err
-		}
-		u := topology.NewUsage(shape)
-		for _, p := range pods {
-			if p.Spec.NodeName == s.Name && p.Status.Phase == corev1.PodRunning {
-				for _, r := range rows(p) {
-					if err := u.MarkCores(r.coreIDs); err != nil {
-						fmt.Fprintf(out, "%s: %v\n", r.name, err)
-					}
-				}
-			}
-		}
-		fmt.Fprintf(out, "\nnode %s (%s):\n", s.Name, s.Mode)
-		fmt.Fprint(out, cli.DrawTopology(u, topology.Allocation{}))
-	}
-	return nil
 }
 
 // RepoExamples finds examples/ from the working directory.

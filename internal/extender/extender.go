@@ -60,6 +60,12 @@ type Extender struct {
 
 	warnMu sync.Mutex
 	warned map[string]time.Time // pod UID + message -> when the pod was told
+
+	shapes sync.Map // instance type + capacities -> *topology.Shape (immutable)
+
+	leasesMu  sync.Mutex
+	leases    map[string]*coordinationv1.Lease // node -> the Lease as our last update left it
+	stalePods map[string]struct{}              // pods whose cached copy lost a conflict: read them fresh
 }
 
 const byRecordNode = "recordNode"
@@ -84,7 +90,7 @@ func New(o Options) (*Extender, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}}, nil
+	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}, leases: map[string]*coordinationv1.Lease{}}, nil
 }
 
 // Start runs the informers and returns once their caches have synced.
@@ -162,7 +168,17 @@ func (e *Extender) nodeShape(name string) (*corev1.Node, *topology.Shape, error)
 	if node.Labels[labels.AllocationMode] == labels.AllocationModeDRA {
 		return nil, nil, fmt.Errorf("node %s is served by the DRA driver (%s=%s): request its devices with a ResourceClaim", name, labels.AllocationMode, labels.AllocationModeDRA)
 	}
+	// Building a shape builds its device graph: do it once per instance type and capacity.
+	devices := node.Status.Capacity[corev1.ResourceName(topology.ResourceNeuron)]
+	cores := node.Status.Capacity[corev1.ResourceName(topology.ResourceNeuronCore)]
+	key := node.Labels[labels.InstanceType] + "|" + devices.String() + "|" + cores.String()
+	if s, ok := e.shapes.Load(key); ok {
+		return node, s.(*topology.Shape), nil
+	}
 	shape, err := allocation.ShapeOfNode(e.o.Catalog, node)
+	if err == nil {
+		e.shapes.Store(key, shape)
+	}
 	return node, shape, err
 }
 
@@ -317,18 +333,9 @@ var errRetry = errors.New("retry")
 func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID, node string) error {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(ns, name), "node", node)
 	leases := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace)
-	lease, err := leases.Get(ctx, LeaseName(node), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		lease, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: LeaseName(node), Labels: map[string]string{"app.kubernetes.io/managed-by": "neuron-scheduler-extender"}},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(e.o.Identity)},
-		}, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%w: lease created concurrently", errRetry)
-		}
-	}
+	lease, err := e.lease(ctx, node)
 	if err != nil {
-		return fmt.Errorf("reading the bind lease of node %s in namespace %s (check the extender's RBAC for leases): %w", node, e.o.LeaseNamespace, err)
+		return err
 	}
 	if err := e.waitForLastBind(ctx, lease, node); err != nil {
 		return err
@@ -337,12 +344,17 @@ func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID,
 	if err != nil {
 		return err
 	}
-	pod, err := e.o.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	pod, err := e.pod(ctx, ns, name, uid)
 	if err != nil {
-		return fmt.Errorf("getting pod %s/%s: %w", ns, name, err)
+		return err
 	}
-	if pod.UID != uid {
-		return fmt.Errorf("pod %s/%s was replaced (uid %s, the scheduler asked for %s)", ns, name, pod.UID, uid)
+	binding := &corev1.Binding{
+		// The Binding carries the pod's UID and resourceVersion as preconditions, and the
+		// allocation annotations, which the API server merges into the pod in the same write that
+		// sets its node: the record and the binding land together or not at all, and other
+		// controllers' annotations are left as they are.
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid, ResourceVersion: pod.ResourceVersion},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
 	reqs := PodRequests(pod)
 	var rec *allocation.Record
@@ -353,37 +365,33 @@ func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID,
 			return fmt.Errorf("pod %s/%s no longer fits node %s: %w", ns, name, node, err)
 		}
 		rec = &allocation.Record{Node: node, Containers: containers}
-		anns := rec.Annotations()
-		anns[allocation.AllocTime] = strconv.FormatInt(e.o.Now().UnixNano(), 10)
-		patch := allocation.MergePatchWithVersion(allocation.StringPtrs(anns), pod.ResourceVersion)
-		if _, err := e.o.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "neuron-scheduler-extender"}); err != nil {
-			if apierrors.IsConflict(err) {
-				return fmt.Errorf("%w: pod changed", errRetry)
-			}
-			return fmt.Errorf("writing the allocation of pod %s/%s: %w", ns, name, err)
-		}
+		binding.Annotations = rec.Annotations()
+		binding.Annotations[allocation.AllocTime] = strconv.FormatInt(e.o.Now().UnixNano(), 10)
+		// The decision counts once the node's Lease takes it: an update refused for a changed
+		// resourceVersion means another decision for the node came first.
+		next := lease.DeepCopy()
 		last, _ := json.Marshal(lastBind{Namespace: ns, Name: name, UID: uid})
-		if lease.Annotations == nil {
-			lease.Annotations = map[string]string{}
+		if next.Annotations == nil {
+			next.Annotations = map[string]string{}
 		}
-		lease.Annotations[lastBindAnnotation] = string(last)
-		lease.Spec.HolderIdentity = ptr.To(e.o.Identity)
-		lease.Spec.RenewTime = &metav1.MicroTime{Time: e.o.Now()}
-		if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
-			e.removeRecord(ctx, ns, name, uid)
+		next.Annotations[lastBindAnnotation] = string(last)
+		next.Spec.HolderIdentity = ptr.To(e.o.Identity)
+		next.Spec.RenewTime = &metav1.MicroTime{Time: e.o.Now()}
+		updated, err := leases.Update(ctx, next, metav1.UpdateOptions{})
+		if err != nil {
+			e.forgetLease(node)
 			if apierrors.IsConflict(err) {
 				return fmt.Errorf("%w: another decision for node %s came first", errRetry, node)
 			}
 			return fmt.Errorf("updating the bind lease of node %s: %w", node, err)
 		}
+		e.keepLease(node, updated)
 	}
-	err = e.o.Client.CoreV1().Pods(ns).Bind(ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		if rec != nil {
-			e.removeRecord(ctx, ns, name, uid)
+	if err := e.o.Client.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"}); err != nil {
+		if apierrors.IsConflict(err) && rec != nil {
+			// The pod changed since it was read (or the cache was behind): read it again.
+			e.forgetPod(ns, name)
+			return fmt.Errorf("%w: pod %s/%s changed: %v", errRetry, ns, name, err)
 		}
 		return fmt.Errorf("binding pod %s/%s to node %s: %w", ns, name, node, err)
 	}
@@ -396,6 +404,82 @@ func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID,
 		logger.V(2).Info("Bound a pod without Neuron requests")
 	}
 	return nil
+}
+
+// lease returns the node's bind Lease: as this replica's last update left it, else read (or
+// created).
+func (e *Extender) lease(ctx context.Context, node string) (*coordinationv1.Lease, error) {
+	e.leasesMu.Lock()
+	l := e.leases[node]
+	e.leasesMu.Unlock()
+	if l != nil {
+		return l, nil
+	}
+	leases := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace)
+	l, err := leases.Get(ctx, LeaseName(node), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		l, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: LeaseName(node), Labels: map[string]string{"app.kubernetes.io/managed-by": "neuron-scheduler-extender"}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(e.o.Identity)},
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("%w: lease created concurrently", errRetry)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the bind lease of node %s in namespace %s (check the extender's RBAC for leases): %w", node, e.o.LeaseNamespace, err)
+	}
+	e.keepLease(node, l)
+	return l, nil
+}
+
+func (e *Extender) keepLease(node string, l *coordinationv1.Lease) {
+	e.leasesMu.Lock()
+	e.leases[node] = l
+	e.leasesMu.Unlock()
+}
+
+func (e *Extender) forgetLease(node string) {
+	e.leasesMu.Lock()
+	delete(e.leases, node)
+	e.leasesMu.Unlock()
+}
+
+// pod returns the pod from the informer's cache, or from the API server when the cache does
+// not have this pod (or was told to forget it).
+func (e *Extender) pod(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, error) {
+	if obj, ok, _ := e.pods.GetStore().GetByKey(ns + "/" + name); ok {
+		if p := obj.(*corev1.Pod); p.UID == uid && !e.stale(ns, name) {
+			return p, nil
+		}
+	}
+	p, err := e.o.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("getting pod %s/%s: %w", ns, name, err)
+	}
+	if p.UID != uid {
+		return nil, fmt.Errorf("pod %s/%s was replaced (uid %s, the scheduler asked for %s)", ns, name, p.UID, uid)
+	}
+	return p, nil
+}
+
+func (e *Extender) stale(ns, name string) bool {
+	e.leasesMu.Lock()
+	defer e.leasesMu.Unlock()
+	_, ok := e.stalePods[ns+"/"+name]
+	return ok
+}
+
+func (e *Extender) forgetPod(ns, name string) {
+	e.leasesMu.Lock()
+	if e.stalePods == nil {
+		e.stalePods = map[string]struct{}{}
+	}
+	e.stalePods[ns+"/"+name] = struct{}{}
+	if len(e.stalePods) > 10000 {
+		e.stalePods = map[string]struct{}{}
+	}
+	e.leasesMu.Unlock()
 }
 
 // waitForLastBind waits until the pod informer has the pod of the node's latest bind decision
@@ -422,6 +506,9 @@ func (e *Extender) waitForLastBind(ctx context.Context, lease *coordinationv1.Le
 		if r, err := allocation.RecordOf(pod); err == nil && r != nil && r.Node == node {
 			return nil
 		}
+		if pod.DeletionTimestamp != nil || (pod.Spec.NodeName != "" && pod.Spec.NodeName != node) {
+			return nil // that bind failed: the pod went away or elsewhere
+		}
 		if e.o.Now().After(deadline) {
 			// The latest decision's record never reached the cache: it was rolled back.
 			return nil
@@ -431,22 +518,6 @@ func (e *Extender) waitForLastBind(ctx context.Context, lease *coordinationv1.Le
 			return ctx.Err()
 		case <-time.After(5 * time.Millisecond):
 		}
-	}
-}
-
-// removeRecord deletes the allocation annotations a failed bind wrote.
-func (e *Extender) removeRecord(ctx context.Context, ns, name string, uid types.UID) {
-	keys := []string{allocation.Annotation, allocation.AWSNeuronIDs, allocation.AllocTime, allocation.Allocated, allocation.ResourceType}
-	anns := map[string]*string{}
-	for _, k := range keys {
-		anns[k] = nil
-	}
-	pod, err := e.o.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil || pod.UID != uid {
-		return
-	}
-	if _, err := e.o.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, allocation.MergePatchWithVersion(anns, pod.ResourceVersion), metav1.PatchOptions{}); err != nil {
-		klog.FromContext(ctx).Error(err, "Removing the allocation of a failed bind", "pod", klog.KRef(ns, name))
 	}
 }
 

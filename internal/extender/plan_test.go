@@ -128,14 +128,14 @@ func TestPlan(t *testing.T) {
 		return Request{Container: c, Resource: topology.ResourceNeuronCore, Count: n}
 	}
 	for _, tc := range []struct {
-		name        string
-		typ         string
-		used        []int
-		reqs        []Request
-		policy      topology.Policy
-		wantDevices [][]int // per request, in request order; nil: do not check
-		wantErr     string
-		unresolve   bool
+		name         string
+		typ          string
+		used         []int
+		reqs         []Request
+		policy       topology.Policy
+		wantDevices  [][]int // per request, in request order; nil: do not check
+		wantErr      string
+		unresolve    bool
 		insufficient bool
 	}{
 		{name: "no requests", typ: trn1, reqs: nil, wantDevices: [][]int{}},

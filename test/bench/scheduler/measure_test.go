@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -315,8 +316,9 @@ func histogramMean(m map[string]float64, name string) (time.Duration, float64) {
 	return time.Duration(m[name+"_sum"] / n * float64(time.Second)), n
 }
 
-// histogramQuantile estimates a quantile from cumulative buckets (upper bound of the bucket).
-func histogramQuantile(m map[string]float64, name string, q float64) time.Duration {
+// histogramQuantile bounds a quantile from cumulative buckets: "<= <upper bound of the bucket
+// that reaches it>", or "> <largest finite bound>".
+func histogramQuantile(m map[string]float64, name string, q float64) string {
 	type bucket struct{ le, n float64 }
 	var bs []bucket
 	prefix := name + `_bucket{le="`
@@ -325,20 +327,20 @@ func histogramQuantile(m map[string]float64, name string, q float64) time.Durati
 			continue
 		}
 		le, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(k, prefix), `"}`), 64)
-		if err != nil {
-			continue // +Inf
+		if err != nil || math.IsInf(le, 0) {
+			continue
 		}
 		bs = append(bs, bucket{le, v})
 	}
 	total := m[name+"_count"]
 	if total == 0 || len(bs) == 0 {
-		return 0
+		return "-"
 	}
 	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
 	for _, b := range bs {
 		if b.n >= q*total {
-			return time.Duration(b.le * float64(time.Second))
+			return "<= " + time.Duration(b.le*float64(time.Second)).String()
 		}
 	}
-	return time.Duration(bs[len(bs)-1].le*float64(time.Second)) + 1 // above the largest bucket
+	return "> " + time.Duration(bs[len(bs)-1].le*float64(time.Second)).String()
 }

@@ -867,7 +867,7 @@ func formatReport(s settings, results []result) string {
 		}
 		fm, fn := histogramMean(r.metrics, "neuron_scheduler_extender_filter_duration_seconds")
 		bm, bn := histogramMean(r.metrics, "neuron_scheduler_extender_bind_duration_seconds")
-		fmt.Fprintf(&sb, "\n%s, from its /metrics: filter %.0f calls, mean %.2f ms (p50 <= %v, p99 <= %v); bind %.0f calls, mean %.2f ms (p50 <= %v, p99 <= %v); bind retries %.0f\n",
+		fmt.Fprintf(&sb, "\n%s, from its /metrics: filter %.0f calls, mean %.2f ms (p50 %s, p99 %s); bind %.0f calls, mean %.2f ms (p50 %s, p99 %s); bind retries %.0f\n",
 			kind, fn, float64(fm.Microseconds())/1000,
 			histogramQuantile(r.metrics, "neuron_scheduler_extender_filter_duration_seconds", 0.5),
 			histogramQuantile(r.metrics, "neuron_scheduler_extender_filter_duration_seconds", 0.99),
