@@ -63,6 +63,8 @@ type Extender struct {
 
 	shapes sync.Map // instance type + capacities -> *topology.Shape (immutable)
 
+	usageCache *usageCache
+
 	leasesMu  sync.Mutex
 	leases    map[string]*coordinationv1.Lease // node -> the Lease as our last update left it
 	stalePods map[string]struct{}              // pods whose cached copy lost a conflict: read them fresh
@@ -90,7 +92,7 @@ func New(o Options) (*Extender, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}, leases: map[string]*coordinationv1.Lease{}}, nil
+	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}, leases: map[string]*coordinationv1.Lease{}, usageCache: newUsageCache()}, nil
 }
 
 // Start runs the informers and returns once their caches have synced.
@@ -108,6 +110,9 @@ func (e *Extender) Start(ctx context.Context) error {
 		}
 		return []string{r.Node}, nil
 	}}); err != nil {
+		return err
+	}
+	if _, err := e.pods.AddEventHandler(e.usageCache.handler()); err != nil {
 		return err
 	}
 	e.nodes = factory.Core().V1().Nodes().Lister()
@@ -137,23 +142,6 @@ func (e *Extender) Ready() bool {
 	default:
 		return false
 	}
-}
-
-// usage derives the node's usage from the pods whose record names it, leaving out the pod
-// being scheduled (its own record, if a failed bind left one, must not block it).
-func (e *Extender) usage(ctx context.Context, shape *topology.Shape, node string, except types.UID) *topology.Usage {
-	objs, _ := e.pods.GetIndexer().ByIndex(byRecordNode, node)
-	pods := make([]*corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		if p := o.(*corev1.Pod); p.UID != except {
-			pods = append(pods, p)
-		}
-	}
-	u, _, problems := allocation.NodeUsage(shape, node, pods)
-	for _, err := range problems {
-		klog.FromContext(ctx).Error(err, "Ignoring an allocation record", "node", node)
-	}
-	return u
 }
 
 // nodeShape returns the node's shape, or why the node cannot take Neuron pods from the extender.
@@ -348,6 +336,9 @@ func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID,
 	if err != nil {
 		return err
 	}
+	if pod.Spec.NodeName != "" {
+		return fmt.Errorf("pod %s/%s is already bound to node %s", ns, name, pod.Spec.NodeName)
+	}
 	binding := &corev1.Binding{
 		// The Binding carries the pod's UID and resourceVersion as preconditions, and the
 		// allocation annotations, which the API server merges into the pod in the same write that
@@ -359,7 +350,7 @@ func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID,
 	reqs := PodRequests(pod)
 	var rec *allocation.Record
 	if len(reqs) > 0 {
-		containers, _, err := Plan(e.usage(ctx, shape, node, pod.UID), reqs, e.o.Policy)
+		containers, _, err := Plan(e.freshUsage(ctx, shape, node, pod.UID), reqs, e.o.Policy)
 		if err != nil {
 			e.metrics.refusals.WithLabelValues("bind").Inc()
 			return fmt.Errorf("pod %s/%s no longer fits node %s: %w", ns, name, node, err)
@@ -388,6 +379,11 @@ func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID,
 		e.keepLease(node, updated)
 	}
 	if err := e.o.Client.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"}); err != nil {
+		// Only a definite refusal means nothing was written; after a timeout or a server error the
+		// binding may have been applied, and the next decision for the node must wait for it.
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+			e.usageCache.failedBind(uid)
+		}
 		if apierrors.IsConflict(err) && rec != nil {
 			// The pod changed since it was read (or the cache was behind): read it again.
 			e.forgetPod(ns, name)
@@ -396,6 +392,7 @@ func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID,
 		return fmt.Errorf("binding pod %s/%s to node %s: %w", ns, name, node, err)
 	}
 	if rec != nil {
+		e.usageCache.remember(node, uid, ns+"/"+name, rec)
 		for _, c := range rec.Containers {
 			e.metrics.allocations.WithLabelValues(c.Resource).Inc()
 			logger.Info("Bound", "container", c.Name, "resource", c.Resource, "devices", topology.JoinIDs(c.Devices), "cores", topology.JoinIDs(c.Cores))
@@ -492,6 +489,9 @@ func (e *Extender) waitForLastBind(ctx context.Context, lease *coordinationv1.Le
 	var last lastBind
 	if err := json.Unmarshal([]byte(v), &last); err != nil {
 		return nil
+	}
+	if e.usageCache.known(node, last.UID) {
+		return nil // this replica's own decision: usage already counts it, or it failed
 	}
 	deadline := e.o.Now().Add(5 * time.Second)
 	for {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,8 +14,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -279,8 +280,18 @@ func TestBind(t *testing.T) {
 	if len(bs) != 1 {
 		t.Fatalf("%d binding creates, want 1", len(bs))
 	}
-	if b := bs[0]; b.Name != pod.Name || b.Namespace != pod.Namespace || b.UID != pod.UID || b.Target.Kind != "Node" || b.Target.Name != "trn-partly" {
+	b := bs[0]
+	if b.Name != pod.Name || b.Namespace != pod.Namespace || b.UID != pod.UID || b.Target.Kind != "Node" || b.Target.Name != "trn-partly" {
 		t.Errorf("binding %+v", b)
+	}
+	// The record travels in the Binding: the API server writes it with spec.nodeName.
+	for _, k := range []string{allocation.Annotation, allocation.AWSNeuronIDs, allocation.AllocTime, allocation.Allocated, allocation.ResourceType} {
+		if b.Annotations[k] != got.Annotations[k] {
+			t.Errorf("binding annotation %s = %q, pod has %q", k, b.Annotations[k], got.Annotations[k])
+		}
+	}
+	if got.Spec.NodeName != "trn-partly" {
+		t.Errorf("pod bound to %q", got.Spec.NodeName)
 	}
 
 	lease, err := client.CoordinationV1().Leases("kube-system").Get(ctx, "kube-neuron-bind-trn-partly", metav1.GetOptions{})
@@ -351,7 +362,7 @@ func TestBindFailureLeavesNoRecord(t *testing.T) {
 		}
 		b := a.(k8stesting.CreateAction).GetObject().(*corev1.Binding)
 		if _, ok := fail.Load(b.Name); ok {
-			return true, nil, errors.New("the API server said no")
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods/binding"}, "", errors.New("the API server said no"))
 		}
 		return false, nil, nil
 	})
@@ -360,6 +371,9 @@ func TestBindFailureLeavesNoRecord(t *testing.T) {
 	err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty")
 	if err == nil || !strings.Contains(err.Error(), "the API server said no") {
 		t.Fatalf("err = %v, want the binding error", err)
+	}
+	if bs := bindings(client); len(bs) != 1 || bs[0].Annotations[allocation.Annotation] == "" {
+		t.Fatalf("want one Binding create carrying the record, got %d", len(bs))
 	}
 	got := getPod(t, ctx, client, pod.Namespace, pod.Name)
 	for _, k := range []string{allocation.Annotation, allocation.AWSNeuronIDs, allocation.AllocTime, allocation.Allocated, allocation.ResourceType} {
@@ -374,7 +388,9 @@ func TestBindFailureLeavesNoRecord(t *testing.T) {
 	if err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("the retry after a failed bind took %v", time.Since(start))
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the retry after a failed bind took %v", d)
+	}
 	rec, err := allocation.RecordOf(getPod(t, ctx, client, pod.Namespace, pod.Name))
 	if err != nil || rec == nil || !slices.Equal(rec.Containers[0].Devices, []int{0, 1, 2, 3}) {
 		t.Errorf("record after the retry: %+v, %v", rec, err)
@@ -464,18 +480,14 @@ func TestLeaseName(t *testing.T) {
 	}
 }
 
-// TestBindAfterFailedBindDoesNotStall reproduces a known bug: a bind whose Binding create fails
-// removes the pod's record but leaves the node's Lease naming that pod as the last decision, so
-// the next bind to the node waits in waitForLastBind for a record that will never come, 5 s,
-// holding the node's lock. Set KUBE_NEURON_KNOWN_BUGS=1 to run it.
+// TestBindAfterFailedBindDoesNotStall: a bind whose Binding create fails leaves the node's Lease
+// naming that pod as the last decision, and the pod never gets a record; the next bind to the
+// node must not wait for it (waitForLastBind's 5 s deadline, holding the node's lock).
 func TestBindAfterFailedBindDoesNotStall(t *testing.T) {
-	if os.Getenv("KUBE_NEURON_KNOWN_BUGS") == "" {
-		t.Skip("known bug: the next bind after a failed Binding create stalls 5 s (set KUBE_NEURON_KNOWN_BUGS=1)")
-	}
 	e, client, ctx := startExtender(t, cluster()...)
 	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() == "binding" && a.(k8stesting.CreateAction).GetObject().(*corev1.Binding).Name == "fails" {
-			return true, nil, errors.New("the API server said no")
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods/binding"}, "", errors.New("the API server said no"))
 		}
 		return false, nil, nil
 	})
@@ -500,5 +512,39 @@ func TestBindAfterFailedBindDoesNotStall(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("the bind after a failed bind took %v", d)
+	}
+}
+
+// TestBindSeesPodsTheIndexerHas reproduces a race in the usage cache: the pod informer updates
+// its indexer before it runs event handlers, and the cache's generation is bumped only by a
+// handler. Between the two, usage() returns the cached usage although the indexer already holds
+// a new record, and Bind (which waited for exactly that record through waitForLastBind) handed
+// the same devices out again. The test stands in for the window by adding the record to the
+// indexer directly, as the informer does before it notifies handlers. Bind now derives usage
+// from the indexer itself.
+func TestBindSeesPodsTheIndexerHas(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	pod := createPod(t, ctx, client, testPod("p").neuron(4).obj())
+	// Filter caches trn-empty's usage: nothing in use.
+	if passed, _, _ := e.Filter(ctx, pod, []string{"trn-empty"}); len(passed) != 1 {
+		t.Fatal("trn-empty must pass")
+	}
+	// Another replica's decision reaches the indexer; the handlers have not run yet.
+	other := testPod("other").neuron(4).record("trn-empty", 0, 1, 2, 3).obj()
+	if err := e.pods.GetIndexer().Add(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := allocation.RecordOf(getPod(t, ctx, client, pod.Namespace, pod.Name))
+	if err != nil || rec == nil {
+		t.Fatalf("record %v, %v", rec, err)
+	}
+	for _, d := range rec.Containers[0].Devices {
+		if d < 4 {
+			t.Errorf("bound to devices %v: device %d is held by pod other, which the indexer has", rec.Containers[0].Devices, d)
+			break
+		}
 	}
 }

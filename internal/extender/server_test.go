@@ -296,7 +296,7 @@ func TestHandlerMetrics(t *testing.T) {
 // fuzzTarget posts body to path on a started extender and checks the contract: no panic, one of
 // 200, 400 and 413, and a 200 answer that decodes as the verb's result.
 func fuzzTarget(f *testing.F, path string, seeds [][]byte, check func(t *testing.T, body []byte)) {
-	e, client, ctx := startQuietExtender(f, cluster()...)
+	e, client, ctx := startQuietExtender(f, false, cluster()...)
 	for _, p := range []*corev1.Pod{testPod("p").neuron(4).obj(), testPod("q").neuronCores(3).obj()} {
 		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			f.Fatal(err)

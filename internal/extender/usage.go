@@ -1,0 +1,173 @@
+package extender
+
+import (
+	"context"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// usageCache keeps each node's usage as derived from the informer's pods, recomputed only after
+// an informer event touched a pod whose record names the node, plus this replica's own binds
+// that the informer has not shown yet (so a replica never waits for itself).
+type usageCache struct {
+	mu     sync.Mutex
+	gen    map[string]uint64
+	cached map[string]cachedUsage
+	recent map[string]map[types.UID]recentBind // node -> pods this replica bound, not yet in the cache
+	failed map[types.UID]struct{}              // decisions of this replica whose Binding failed
+}
+
+type cachedUsage struct {
+	gen   uint64
+	shape *topology.Shape
+	usage *topology.Usage
+}
+
+type recentBind struct {
+	pod    string
+	record *allocation.Record
+}
+
+func newUsageCache() *usageCache {
+	return &usageCache{gen: map[string]uint64{}, cached: map[string]cachedUsage{}, recent: map[string]map[types.UID]recentBind{}, failed: map[types.UID]struct{}{}}
+}
+
+// handler bumps the generation of the nodes a pod's record names, before and after the event,
+// and drops recent binds the informer now shows.
+func (c *usageCache) handler() cache.ResourceEventHandler {
+	touch := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		r, err := allocation.RecordOf(pod)
+		if err != nil || r == nil {
+			return
+		}
+		c.mu.Lock()
+		c.gen[r.Node]++
+		delete(c.recent[r.Node], pod.UID)
+		c.mu.Unlock()
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    touch,
+		UpdateFunc: func(old, obj any) { touch(old); touch(obj) },
+		DeleteFunc: touch,
+	}
+}
+
+// remember records a bind of this replica until the informer shows it.
+func (c *usageCache) remember(node string, uid types.UID, pod string, r *allocation.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.recent[node] == nil {
+		c.recent[node] = map[types.UID]recentBind{}
+	}
+	c.recent[node][uid] = recentBind{pod: pod, record: r}
+	c.gen[node]++
+}
+
+// failedBind notes a decision whose Binding failed: nothing of it will appear.
+func (c *usageCache) failedBind(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.failed) > 10000 {
+		c.failed = map[types.UID]struct{}{}
+	}
+	c.failed[uid] = struct{}{}
+}
+
+// known reports whether uid is a decision of this replica that need not be waited for: bound
+// and counted through the overlay, or failed.
+func (c *usageCache) known(node string, uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, recent := c.recent[node][uid]
+	_, failed := c.failed[uid]
+	return recent || failed
+}
+
+// usage derives the node's usage from the pods whose record names it, leaving out the pod being
+// scheduled (its own record, if any, must not block it). The result must not be changed.
+// Filter and prioritize may use the cached usage: client-go updates the indexer before it runs
+// the handler that invalidates the cache, so the cache can lag the indexer for a moment, which
+// only costs a bind that no longer fits. The bind decision (fresh) always derives it again.
+func (e *Extender) usage(ctx context.Context, shape *topology.Shape, node string, except types.UID) *topology.Usage {
+	return e.usageOf(ctx, shape, node, except, false)
+}
+
+// freshUsage is usage derived from the indexer now, for bind decisions.
+func (e *Extender) freshUsage(ctx context.Context, shape *topology.Shape, node string, except types.UID) *topology.Usage {
+	return e.usageOf(ctx, shape, node, except, true)
+}
+
+func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node string, except types.UID, fresh bool) *topology.Usage {
+	c := e.usageCache
+	objs, _ := e.pods.GetIndexer().ByIndex(byRecordNode, node)
+	exceptListed := false
+	for _, o := range objs {
+		if o.(*corev1.Pod).UID == except {
+			exceptListed = true
+		}
+	}
+	c.mu.Lock()
+	gen := c.gen[node]
+	cu, ok := c.cached[node]
+	_, exceptRecent := c.recent[node][except]
+	recent := make([]recentBind, 0, len(c.recent[node]))
+	for uid, rb := range c.recent[node] {
+		if uid != except {
+			recent = append(recent, rb)
+		}
+	}
+	c.mu.Unlock()
+	if !fresh && ok && cu.gen == gen && cu.shape == shape && !exceptListed && !exceptRecent {
+		return cu.usage
+	}
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p := o.(*corev1.Pod); p.UID != except {
+			pods = append(pods, p)
+		}
+	}
+	u, _, problems := allocation.NodeUsage(shape, node, pods)
+	for _, err := range problems {
+		klog.FromContext(ctx).Error(err, "Ignoring an allocation record", "node", node)
+	}
+	for _, rb := range recent {
+		for _, ctr := range rb.record.Containers {
+			var hw topology.Allocation
+			var err error
+			if ctr.Resource == topology.ResourceNeuronCore {
+				hw, err = shape.CoreAllocation(ctr.Cores)
+			} else {
+				hw, err = shape.DeviceAllocation(ctr.Devices)
+			}
+			if err == nil {
+				err = u.Allocate(hw)
+			}
+			if err != nil {
+				// The informer already shows this pod (its record is in u): nothing to add.
+				klog.FromContext(ctx).V(6).Info("Recent bind already counted", "pod", rb.pod, "err", err)
+			}
+		}
+	}
+	if !fresh && !exceptListed && !exceptRecent {
+		c.mu.Lock()
+		if c.gen[node] == gen {
+			c.cached[node] = cachedUsage{gen: gen, shape: shape, usage: u}
+		}
+		c.mu.Unlock()
+	}
+	return u
+}
