@@ -19,7 +19,7 @@ help: ## Show this help
 	@echo
 	@echo "Usage: make <target> [VAR=value]"
 	@echo
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
 	@echo
 	@echo "Variables: FLEET (lab fleet file), FUZZTIME (fuzz time per target, default $(FUZZTIME)), SEEDS (simulate seeds, default $(SEEDS))"
 
