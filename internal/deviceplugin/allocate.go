@@ -115,12 +115,22 @@ func (p *Plugin) preferred(ctx context.Context, resource string, available, must
 			}
 		}
 	}
+	// Steer away from all hardware known to be held, not only what the kubelet's pool withholds:
+	// the kubelet may not have processed the latest withdrawal yet (it admits the next pod right
+	// after the previous Allocate), and hardware the extender promised to pods waiting for
+	// admission is free in this pool but not for another pod.
 	p.mu.Lock()
-	for _, h := range p.holdings { // hardware the scheduler extender promised to pods waiting for admission
-		if h.Reserved {
-			for _, c := range h.Hardware.Cores {
-				busy[c] = true
-			}
+	for _, h := range p.holdings {
+		if h.Resource == resource && !h.Reserved && len(h.KubeletIDs) > 0 {
+			continue // held through this pool: not in the available list anyway
+		}
+		for _, c := range h.Hardware.Cores {
+			busy[c] = true
+		}
+	}
+	for _, e := range p.served {
+		for _, c := range e.hw.Cores {
+			busy[c] = true
 		}
 	}
 	p.mu.Unlock()
@@ -225,8 +235,14 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 	if len(conflicts) > 0 {
 		p.mu.Unlock()
 		c := conflicts[0]
-		return nil, fmt.Errorf("pod %s: devices %s (cores %s) are already in use by pod %s (container %s, %s); refusing to hand them out twice. The kubelet admitted the pod before it saw the plugin withdraw these ids: delete the pod and let its controller create it again",
-			who, topology.FormatList(hw.Devices), topology.FormatList(hw.Cores), c.Pod, c.Container, c.Resource)
+		holder := "pod " + c.Pod
+		if c.Container != "" {
+			holder += " (container " + c.Container + ", " + c.Resource + ")"
+		} else {
+			holder += " (" + c.Resource + ")"
+		}
+		return nil, fmt.Errorf("pod %s: devices %s (cores %s) are already in use by %s; refusing to hand them out twice. The kubelet admitted the pod before it saw the plugin withdraw these ids: delete the pod and let its controller create it again",
+			who, topology.FormatList(hw.Devices), topology.FormatList(hw.Cores), holder)
 	}
 	key := resource + "|" + strings.Join(ids, ",")
 	entry := servedEntry{hw: hw, resource: resource, kubelet: ids, at: time.Now()}

@@ -70,10 +70,6 @@ func testPod(name string) *podBuilder {
 	}}}
 }
 
-func (b *podBuilder) uid(uid string) *podBuilder {
-	b.p.UID = types.UID(uid)
-	return b
-}
 
 // container adds a container asking for count of res in its limits.
 func (b *podBuilder) container(name, res string, count int) *podBuilder {
