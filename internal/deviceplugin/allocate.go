@@ -234,6 +234,13 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 	}
 	if len(conflicts) > 0 {
 		p.mu.Unlock()
+		// The plugin's view of pods can lag the scheduler's: a holder the API server no longer
+		// has (or that has finished) holds nothing. Ask before failing the pod.
+		conflicts = p.confirm(ctx, conflicts)
+		p.mu.Lock()
+	}
+	if len(conflicts) > 0 {
+		p.mu.Unlock()
 		c := conflicts[0]
 		holder := "pod " + c.Pod
 		if c.Container != "" {
@@ -262,6 +269,28 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 	}
 	p.requestRefresh()
 	return response(unit, hw), nil
+}
+
+// confirm keeps the conflicting holdings whose pod the API server still has, not finished.
+// Holdings of answers this plugin gave to a pod it could not name are kept: they are recent.
+func (p *Plugin) confirm(ctx context.Context, conflicts []Holding) []Holding {
+	var out []Holding
+	for _, h := range conflicts {
+		ns, name, ok := strings.Cut(h.Pod, "/")
+		if !ok || h.PodUID == "" {
+			out = append(out, h)
+			continue
+		}
+		pod, err := p.o.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err), err == nil && string(pod.UID) != h.PodUID,
+			err == nil && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed):
+			klog.FromContext(ctx).V(2).Info("A conflicting holder is gone; its devices are free", "holder", h.Pod)
+		default:
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // response is what the container gets: the device nodes of every device touched, the global

@@ -64,6 +64,7 @@ type Extender struct {
 	shapes sync.Map // instance type + capacities -> *topology.Shape (immutable)
 
 	usageCache *usageCache
+	memo       scoreMemo
 
 	leasesMu  sync.Mutex
 	leases    map[string]*coordinationv1.Lease // node -> the Lease as our last update left it
@@ -179,6 +180,8 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 	failed, unresolvable = map[string]string{}, map[string]string{}
 	reqs := PodRequests(pod)
 	var unsupported string
+	memo := make(map[string]memoScore, len(names))
+	defer func() { e.memo.put(pod.UID, memo, e.o.Now()) }()
 	for _, name := range names {
 		if len(reqs) == 0 {
 			passed = append(passed, name)
@@ -189,7 +192,12 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 			unresolvable[name] = err.Error()
 			continue
 		}
-		if _, _, err := Plan(e.usage(ctx, shape, name, pod.UID), reqs, e.o.Policy); err != nil {
+		gen := e.usageCache.generation(name)
+		_, score, err := Plan(e.usage(ctx, shape, name, pod.UID), reqs, e.o.Policy)
+		if err == nil {
+			memo[name] = memoScore{gen: gen, score: ExtenderScore(score)}
+		}
+		if err != nil {
 			if Unresolvable(err) {
 				unresolvable[name] = err.Error()
 				unsupported = err.Error()
@@ -235,9 +243,14 @@ func (e *Extender) warn(pod *corev1.Pod, reason, msg string) {
 func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []string) map[string]int64 {
 	reqs := PodRequests(pod)
 	out := make(map[string]int64, len(names))
+	memo := e.memo.take(pod.UID)
 	for _, name := range names {
 		if len(reqs) == 0 {
 			out[name] = 0
+			continue
+		}
+		if m, ok := memo[name]; ok && m.gen == e.usageCache.generation(name) {
+			out[name] = m.score // filter placed the pod on this node, and nothing changed since
 			continue
 		}
 		_, shape, err := e.nodeShape(name)

@@ -70,7 +70,6 @@ func testPod(name string) *podBuilder {
 	}}}
 }
 
-
 // container adds a container asking for count of res in its limits.
 func (b *podBuilder) container(name, res string, count int) *podBuilder {
 	c := corev1.Container{Name: name, Image: "app"}

@@ -47,6 +47,18 @@ func PodRequests(pod *corev1.Pod) []Request {
 // score of its placements (0-100, higher is a tighter fit). Requests are placed largest first,
 // so that a pod's big request is not blocked by its own small one.
 func Plan(u *topology.Usage, reqs []Request, policy topology.Policy) ([]allocation.Container, float64, error) {
+	if len(reqs) == 1 { // the common case: nothing to apply between placements, so no copy
+		r := reqs[0]
+		unit, err := topology.UnitOf(r.Resource)
+		if err != nil {
+			return nil, 0, err
+		}
+		fit, err := policy.Place(u, topology.Request{Unit: unit, Count: r.Count})
+		if err != nil {
+			return nil, 0, err
+		}
+		return []allocation.Container{{Name: r.Container, Resource: r.Resource, Devices: fit.Devices, Cores: fit.Cores}}, fit.Score, nil
+	}
 	shape := u.Shape()
 	work := u.Clone()
 	order := make([]int, len(reqs))

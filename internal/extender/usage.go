@@ -3,6 +3,7 @@ package extender
 import (
 	"context"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -170,4 +171,56 @@ func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node stri
 		c.mu.Unlock()
 	}
 	return u
+}
+
+// generation returns the node's usage generation (bumped by every informer event that touches a
+// record naming the node, and by this replica's binds).
+func (c *usageCache) generation(node string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen[node]
+}
+
+// scoreMemo keeps the scores filter computed for a pod, so that prioritize, which the scheduler
+// calls right after filter for the same pod and nodes, does not place the pod again. A score is
+// used only while the node's usage generation is the one it was computed at.
+type scoreMemo struct {
+	mu   sync.Mutex
+	pods map[types.UID]memoEntry
+}
+
+type memoEntry struct {
+	at     time.Time
+	scores map[string]memoScore
+}
+
+type memoScore struct {
+	gen   uint64
+	score int64
+}
+
+func (m *scoreMemo) put(uid types.UID, scores map[string]memoScore, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pods == nil {
+		m.pods = map[types.UID]memoEntry{}
+	}
+	for k, v := range m.pods {
+		if now.Sub(v.at) > 30*time.Second {
+			delete(m.pods, k)
+		}
+	}
+	m.pods[uid] = memoEntry{at: now, scores: scores}
+}
+
+// take returns and forgets the pod's memo.
+func (m *scoreMemo) take(uid types.UID) map[string]memoScore {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.pods[uid]
+	if !ok {
+		return nil
+	}
+	delete(m.pods, uid)
+	return e.scores
 }
