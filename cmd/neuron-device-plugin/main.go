@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -40,7 +41,7 @@ func main() {
 	}
 	flagenv.Annotate(fs, env)
 	klog.InitFlags(nil)
-	fs.AddGoFlagSet(flagSetOfKlog())
+	fs.AddGoFlagSet(flag.CommandLine)
 	_ = fs.Parse(os.Args[1:])
 	err := flagenv.Bind(fs, env)
 	if err == nil {

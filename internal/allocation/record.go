@@ -4,6 +4,7 @@
 package allocation
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -56,6 +57,14 @@ func (c Container) Count() int {
 	return len(c.Devices)
 }
 
+// Hardware returns the devices and cores the entry names, checked against the node's shape.
+func (c Container) Hardware(shape *topology.Shape) (topology.Allocation, error) {
+	if c.Resource == topology.ResourceNeuronCore {
+		return shape.CoreAllocation(c.Cores)
+	}
+	return shape.DeviceAllocation(c.Devices)
+}
+
 // IDs are the ids of AWS_NEURON_IDS for this container.
 func (c Container) IDs() []int {
 	if c.Resource == topology.ResourceNeuronCore {
@@ -68,7 +77,7 @@ func (c Container) IDs() []int {
 // understand must not be half-read.
 func Parse(value string) (*Record, error) {
 	var r Record
-	if err := topologyStrict([]byte(value), &r); err != nil {
+	if err := decodeStrict([]byte(value), &r); err != nil {
 		return nil, fmt.Errorf("annotation %s is not a valid allocation record: %w", Annotation, err)
 	}
 	if r.Node == "" {
@@ -88,8 +97,8 @@ func Parse(value string) (*Record, error) {
 	return &r, nil
 }
 
-func topologyStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytesReader(data))
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err

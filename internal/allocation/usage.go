@@ -89,13 +89,7 @@ func NodeUsage(shape *topology.Shape, node string, pods []*corev1.Pod) (*topolog
 	u := topology.NewUsage(shape)
 	var holders []Holder
 	for _, e := range entries {
-		var hw topology.Allocation
-		var err error
-		if e.c.Resource == topology.ResourceNeuronCore {
-			hw, err = shape.CoreAllocation(e.c.Cores)
-		} else {
-			hw, err = shape.DeviceAllocation(e.c.Devices)
-		}
+		hw, err := e.c.Hardware(shape)
 		if err == nil {
 			err = u.Allocate(hw)
 		}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -22,7 +23,7 @@ import (
 // candidates returns the unserved and served container entries of the allocation records of
 // the node's pods that are not finished, from the informer's cache.
 func (p *Plugin) candidates() []Candidate {
-	pods, _ := p.pods.List(labelsEverything())
+	pods, _ := p.pods.List(labels.Everything())
 	return p.candidatesOf(pods)
 }
 
@@ -94,7 +95,7 @@ func (p *Plugin) preferred(ctx context.Context, resource string, available, must
 	}
 	if p.o.Source != SourceKubelet {
 		if c, _, ok := p.match(ctx, resource, size); ok {
-			if hw, err := recordHardware(p.shape, c.Container); err == nil {
+			if hw, err := c.Container.Hardware(p.shape); err == nil {
 				ids := idsOf(resource, hw)
 				if allIn(ids, avail) && allIn(mustInclude, setOf(ids)) {
 					logger.V(5).Info("Preferring the allocation record's ids", "pod", c.Pod, "container", c.Container.Name, "ids", ids)
@@ -194,7 +195,7 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 		var c Candidate
 		var ok bool
 		if c, cands, ok = p.match(ctx, resource, len(ids)); ok {
-			if hw, err = recordHardware(p.shape, c.Container); err != nil {
+			if hw, err = c.Container.Hardware(p.shape); err != nil {
 				return nil, fmt.Errorf("pod %s container %s: its %s record does not fit this %s node: %w; delete the pod so that the scheduler extender places it again",
 					c.Pod, c.Container.Name, allocation.Annotation, p.shape.Type.Name, err)
 			}
@@ -318,7 +319,7 @@ func sizesText(shape *topology.Shape, unit topology.Unit) string {
 // waitingPods names the node's pods not running yet that ask for count of resource in one
 // container: the kubelet names no pod, so this is who the call is for.
 func (p *Plugin) waitingPods(resource string, count int) string {
-	pods, _ := p.pods.List(labelsEverything())
+	pods, _ := p.pods.List(labels.Everything())
 	var names []string
 	for _, pod := range pods {
 		if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {

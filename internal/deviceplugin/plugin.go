@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -364,7 +365,7 @@ func (p *Plugin) refresh(ctx context.Context) {
 	if podResErr != nil {
 		logger.V(4).Info("The kubelet's PodResources API is not available", "err", podResErr)
 	}
-	pods, _ := p.pods.List(labelsEverything())
+	pods, _ := p.pods.List(labels.Everything())
 	holdings, fixes := p.computeHoldings(pods, podRes, podResErr == nil)
 	for _, f := range fixes {
 		if err := p.fixRecord(ctx, f); err != nil {
@@ -502,7 +503,7 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 						fixes = append(fixes, recordFix{pod: pr.Namespace + "/" + pr.Name, podUID: string(pod.UID), container: c.Name, resource: d.ResourceName, hw: hw, served: true})
 					}
 				case recC != nil && recC.Served:
-					hw, err = recordHardware(p.shape, *recC)
+					hw, err = recC.Hardware(p.shape)
 				default:
 					// Served from the kubelet's ids, by this plugin before a restart: record it, so
 					// that the scheduler extender counts it too.
@@ -537,7 +538,7 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 			}
 			for _, c := range r.Containers {
 				if c.Resource == f.resource && c.Served && sameHardware(p.shape, c, f.hw) && !covered[uid+"/"+c.Name+"/"+c.Resource] && old != nil {
-					oldHW, err := recordHardware(p.shape, *old)
+					oldHW, err := old.Hardware(p.shape)
 					if err == nil {
 						pod := podByUID(pods, uid)
 						fixes = append(fixes, recordFix{pod: pod, podUID: uid, container: c.Name, resource: c.Resource, hw: oldHW, served: false})
@@ -556,7 +557,7 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 			if covered[k] {
 				continue
 			}
-			hw, err := recordHardware(p.shape, c)
+			hw, err := c.Hardware(p.shape)
 			served := c.Served
 			if f, ok := fixed[k]; ok {
 				hw, served = f.hw, f.served
@@ -605,7 +606,7 @@ func podByUID(pods []*corev1.Pod, uid string) string {
 }
 
 func sameHardware(shape *topology.Shape, c allocation.Container, hw topology.Allocation) bool {
-	rhw, err := recordHardware(shape, c)
+	rhw, err := c.Hardware(shape)
 	return err == nil && slices.Equal(rhw.Cores, hw.Cores) && slices.Equal(rhw.Devices, hw.Devices)
 }
 

@@ -12,12 +12,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
-
-func labelsEverything() labels.Selector { return labels.Everything() }
 
 // pool serves one resource over the kubelet's DevicePlugin API.
 type pool struct {

@@ -58,14 +58,6 @@ func hardwareOf(shape *topology.Shape, resource string, ids []string) (topology.
 	return shape.DeviceAllocation(nums)
 }
 
-// recordHardware turns a record's container entry into hardware.
-func recordHardware(shape *topology.Shape, c allocation.Container) (topology.Allocation, error) {
-	if c.Resource == topology.ResourceNeuronCore {
-		return shape.CoreAllocation(c.Cores)
-	}
-	return shape.DeviceAllocation(c.Devices)
-}
-
 // idsOf returns the pool ids of hardware.
 func idsOf(resource string, hw topology.Allocation) []string {
 	src := hw.Devices

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -532,9 +531,4 @@ func (e *Extender) waitForLastBind(ctx context.Context, lease *coordinationv1.Le
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-}
-
-// Describe returns the node's free devices for logs.
-func Describe(u *topology.Usage) string {
-	return "free devices " + strings.TrimSpace(topology.FormatList(u.FreeDevices()))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -120,20 +121,13 @@ func (e *Extender) serve(ctx context.Context, verb string, fn func(context.Conte
 }
 
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	var buf []byte
-	chunk := make([]byte, 32<<10)
-	for {
-		n, err := r.Body.Read(chunk)
-		buf = append(buf, chunk[:n]...)
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				return nil, fmt.Errorf("request body larger than %d bytes", MaxBodyBytes)
-			}
-			return buf, nil
-		}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, fmt.Errorf("request body larger than %d bytes", MaxBodyBytes)
 	}
+	// Any other read error leaves a truncated body, which the verb's JSON decoding rejects.
+	return body, nil
 }
 
 // Serve listens on addr until ctx ends.

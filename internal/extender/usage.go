@@ -147,13 +147,7 @@ func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node stri
 	}
 	for _, rb := range recent {
 		for _, ctr := range rb.record.Containers {
-			var hw topology.Allocation
-			var err error
-			if ctr.Resource == topology.ResourceNeuronCore {
-				hw, err = shape.CoreAllocation(ctr.Cores)
-			} else {
-				hw, err = shape.DeviceAllocation(ctr.Devices)
-			}
+			hw, err := ctr.Hardware(shape)
 			if err == nil {
 				err = u.Allocate(hw)
 			}
