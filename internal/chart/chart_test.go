@@ -40,8 +40,14 @@ var (
 		"ServiceAccount neuron-healthcheck-system/node-problem-detector",
 	}
 	draObjects = []string{
+		"ClusterRole /neuron-dra-driver-clusterrole",
+		"ClusterRoleBinding /neuron-dra-driver-binding",
+		"DaemonSet neuron-dra-driver/neuron-dra-driver-kubelet-plugin",
 		"DeviceClass /neuron.aws.com",
 		"Namespace /neuron-dra-driver",
+		"ServiceAccount neuron-dra-driver/neuron-dra-driver-sa",
+		"ValidatingAdmissionPolicy /neuron-dra-driver-resourceslices-policy",
+		"ValidatingAdmissionPolicyBinding /neuron-dra-driver-resourceslices-policy-binding",
 	}
 )
 

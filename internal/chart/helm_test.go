@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -137,6 +138,12 @@ var newTypes = map[string]func() any{
 	"rbac.authorization.k8s.io/v1 Role":               func() any { return &rbacv1.Role{} },
 	"rbac.authorization.k8s.io/v1 RoleBinding":        func() any { return &rbacv1.RoleBinding{} },
 	"resource.k8s.io/v1 DeviceClass":                  func() any { return &resourcev1.DeviceClass{} },
+	"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy": func() any {
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	},
+	"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding": func() any {
+		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	},
 }
 
 // render renders the chart with the given --set values; it fails the test if helm fails.

@@ -52,12 +52,23 @@ app.kubernetes.io/component: node-problem-detector
 {{- end -}}
 
 {{/*
-DRA driver labels.
+DRA driver: labels of its objects; the kubelet plugin's selector labels (immutable once
+installed) and its full label set, with the published DaemonSet's app label.
 */}}
 {{- define "kube-neuron.draDriver.labels" -}}
 {{ include "kube-neuron.labels" . }}
 app.kubernetes.io/name: neuron-dra-driver
 app.kubernetes.io/component: dra-driver
+{{- end -}}
+
+{{- define "kube-neuron.draDriver.selectorLabels" -}}
+app.kubernetes.io/name: neuron-dra-driver
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kube-neuron.draDriver.kubeletPluginLabels" -}}
+{{ include "kube-neuron.draDriver.labels" . }}
+app: neuron-dra-driver-kubelet-plugin
 {{- end -}}
 
 {{/*
@@ -152,6 +163,9 @@ Fails rendering on contradictory values. validate.yaml includes it, so every ren
 {{- define "kube-neuron.validate" -}}
 {{- if and .Values.draDriver.enabled .Values.devicePlugin.enabled (not .Values.devicePlugin.allowWithDRA) -}}
 {{- fail "devicePlugin.enabled and draDriver.enabled are both true: a node must run the device plugin or the DRA driver, never both. Set --set devicePlugin.enabled=false (DRA only), or label the DRA nodes kube-neuron.io/allocation-mode=dra and set devicePlugin.allowWithDRA=true to run both on different nodes." -}}
+{{- end -}}
+{{- if and .Values.draDriver.enabled (eq (int .Values.draDriver.healthcheckPort) (int .Values.draDriver.metricsPort)) -}}
+{{- fail (printf "draDriver.healthcheckPort and draDriver.metricsPort are both %d: the DRA driver serves its gRPC health service and its HTTP metrics on two ports. Set one of them to another port." (int .Values.draDriver.metricsPort)) -}}
 {{- end -}}
 {{- if and .Values.scheduler.customScheduler.enabled .Values.scheduler.defaultScheduler.enabled -}}
 {{- fail "scheduler.customScheduler.enabled and scheduler.defaultScheduler.enabled are both true: the scheduler extender registers with one scheduler. Set --set scheduler.customScheduler.enabled=false to use the default scheduler, or leave scheduler.defaultScheduler.enabled=false to use the second scheduler my-scheduler." -}}
