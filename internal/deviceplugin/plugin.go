@@ -93,8 +93,7 @@ type Plugin struct {
 	metrics  *metrics
 
 	mu         sync.Mutex
-	unhealthy  []bool
-	errCounts  []uint64
+	health     *neuron.Health
 	holdings   []Holding
 	served     map[string]servedEntry // resource + "|" + kubelet ids -> what Allocate answered
 	inflight   map[string]time.Time   // podUID/container matched by calls whose patch is in flight
@@ -145,37 +144,17 @@ func New(ctx context.Context, o Options) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	shape, err := ShapeOf(o.Catalog, node)
+	shape, err := node.Shape(o.Catalog)
 	if err != nil {
 		return nil, err
 	}
 	p := &Plugin{
 		o: o, shape: shape, hw: hw, metrics: newMetrics(),
-		unhealthy: make([]bool, shape.Devices()), errCounts: make([]uint64, shape.Devices()),
+		health: neuron.NewHealth(shape.Devices(), node),
 		served: map[string]servedEntry{}, inflight: map[string]time.Time{}, pools: map[string]*pool{},
 		lastHealth: map[string]map[string]string{}, refreshCh: make(chan struct{}, 1),
 	}
-	for i, d := range node.Devices {
-		p.errCounts[i] = d.ErrorCount()
-	}
 	return p, nil
-}
-
-// ShapeOf builds the node's shape from what the driver reports.
-func ShapeOf(cat *topology.Catalog, node *neuron.Node) (*topology.Shape, error) {
-	it, err := cat.Get(node.InstanceType)
-	if err != nil {
-		return nil, err
-	}
-	adj := make([][]int, len(node.Devices))
-	for i, d := range node.Devices {
-		adj[i] = d.Connected
-	}
-	g, err := topology.NewGraph(adj)
-	if err != nil {
-		return nil, fmt.Errorf("the device links the driver reports: %w", err)
-	}
-	return topology.NewShapeWithGraph(it, node.LNC, g)
 }
 
 // Shape returns the node's shape.
@@ -289,61 +268,25 @@ func (p *Plugin) requestRefresh() {
 func (p *Plugin) checkHealth(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	node, err := p.hw.Discover(ctx)
-	present := make([]bool, p.shape.Devices())
-	counts := make([]uint64, p.shape.Devices())
 	if err != nil {
 		logger.V(2).Info("Reading the Neuron devices failed", "err", err)
 		// Read what can be read: a missing device makes Discover fail as a whole.
 		node = p.discoverPartial(ctx)
 	}
-	if node != nil {
-		for _, d := range node.Devices {
-			if d.Index < len(present) {
-				present[d.Index] = true
-				counts[d.Index] = d.ErrorCount()
-			}
-		}
-	}
-	type change struct {
-		device  int
-		healthy bool
-		reason  string
-	}
-	var changes []change
 	p.mu.Lock()
-	for d := range p.unhealthy {
-		switch {
-		case !present[d] && !p.unhealthy[d]:
-			p.unhealthy[d] = true
-			changes = append(changes, change{d, false, "it is no longer reported by the Neuron driver"})
-		case present[d] && counts[d] > p.errCounts[d] && !p.unhealthy[d]:
-			p.unhealthy[d] = true
-			changes = append(changes, change{d, false, fmt.Sprintf("its uncorrectable error count rose from %d to %d", p.errCounts[d], counts[d])})
-		case present[d] && counts[d] <= p.errCounts[d] && p.unhealthy[d]:
-			p.unhealthy[d] = false
-			p.errCounts[d] = counts[d]
-			changes = append(changes, change{d, true, "it is present and its error counters no longer rise"})
-		case present[d] && !p.unhealthy[d]:
-			p.errCounts[d] = counts[d]
-		}
-	}
-	bad := 0
-	for _, u := range p.unhealthy {
-		if u {
-			bad++
-		}
-	}
+	changes := p.health.Update(node)
+	bad := p.health.UnhealthyCount()
 	p.mu.Unlock()
 	p.metrics.unhealthy.Set(float64(bad))
 	nodeRef := &corev1.ObjectReference{Kind: "Node", Name: p.o.NodeName, UID: types.UID(p.o.NodeName)}
 	for _, c := range changes {
-		cores := topology.FormatList(p.shape.CoresOf(c.device))
-		if c.healthy {
-			logger.Info("Neuron device healthy again", "device", c.device)
-			p.recorder.Eventf(nodeRef, corev1.EventTypeNormal, "NeuronDeviceHealthy", "Neuron device %d (/dev/neuron%d) is healthy again: %s; it and its cores %s are allocatable again", c.device, c.device, c.reason, cores)
+		cores := topology.FormatList(p.shape.CoresOf(c.Device))
+		if c.Healthy {
+			logger.Info("Neuron device healthy again", "device", c.Device)
+			p.recorder.Eventf(nodeRef, corev1.EventTypeNormal, "NeuronDeviceHealthy", "Neuron device %d (/dev/neuron%d) is healthy again: %s; it and its cores %s are allocatable again", c.Device, c.Device, c.Reason, cores)
 		} else {
-			logger.Info("Neuron device unhealthy", "device", c.device, "reason", c.reason)
-			p.recorder.Eventf(nodeRef, corev1.EventTypeWarning, "NeuronDeviceUnhealthy", "Neuron device %d (/dev/neuron%d) is unhealthy: %s. It and its cores %s are withdrawn from %s until it recovers; pods already using it keep it. Check the node with neuron-top or the Neuron driver's logs (dmesg | grep -i neuron)", c.device, c.device, c.reason, cores, strings.Join(Resources, ", "))
+			logger.Info("Neuron device unhealthy", "device", c.Device, "reason", c.Reason)
+			p.recorder.Eventf(nodeRef, corev1.EventTypeWarning, "NeuronDeviceUnhealthy", "Neuron device %d (/dev/neuron%d) is unhealthy: %s. It and its cores %s are withdrawn from %s until it recovers; pods already using it keep it. Check the node with neuron-top or the Neuron driver's logs (dmesg | grep -i neuron)", c.Device, c.Device, c.Reason, cores, strings.Join(Resources, ", "))
 		}
 	}
 }
@@ -385,7 +328,7 @@ func (p *Plugin) refresh(ctx context.Context) {
 	views := map[string]map[string]string{}
 	changed := map[string]bool{}
 	for _, res := range Resources {
-		views[res] = Withdrawn(p.shape, res, p.unhealthy, holdings)
+		views[res] = Withdrawn(p.shape, res, p.health.Unhealthy(), holdings)
 		if !mapsEqual(views[res], p.lastHealth[res]) {
 			changed[res] = true
 			p.lastHealth[res] = views[res]

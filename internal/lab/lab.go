@@ -35,7 +35,8 @@ type Options struct {
 	// those of Components from there as host processes, as their DaemonSets and Deployments
 	// would run them on a cluster.
 	ComponentBinDir string
-	// Components names the components to run: ComponentDevicePlugin.
+	// Components names the components to run: ComponentDevicePlugin, ComponentExtender,
+	// ComponentDRADriver.
 	Components []string
 	// Verbosity is the -v of the components' logs.
 	Verbosity int
@@ -52,6 +53,8 @@ const (
 	// ComponentExtender runs neuron-scheduler-extender and a second kube-scheduler, my-scheduler,
 	// that calls it (the EKS way: pods opt in with schedulerName: my-scheduler).
 	ComponentExtender = "neuron-scheduler-extender"
+	// ComponentDRADriver runs neuron-dra-driver on every node in dra mode.
+	ComponentDRADriver = "neuron-dra-driver"
 	// CustomSchedulerName is the second scheduler's name.
 	CustomSchedulerName = "my-scheduler"
 )
@@ -125,7 +128,81 @@ func (l *Lab) AddNode(ctx context.Context, spec NodeSpec) (*SimNode, error) {
 			return nil, fmt.Errorf("%w\n%s log:\n%s", err, ComponentDevicePlugin, LogTail(p.LogPath(), 20))
 		}
 	}
+	if spec.Mode == ModeDRA && slices.Contains(l.opts.Components, ComponentDRADriver) {
+		if _, err := l.StartDRADriver(ctx, spec.Name); err != nil {
+			return nil, err
+		}
+	}
 	return n, nil
+}
+
+// StartDRADriver runs neuron-dra-driver for a node in dra mode and waits until it has published
+// every device of the node.
+func (l *Lab) StartDRADriver(ctx context.Context, node string) (*Process, error) {
+	n := l.sim.Node(node)
+	if n == nil {
+		return nil, fmt.Errorf("no simulated node %s", node)
+	}
+	p, err := l.startComponent(ComponentDRADriver, node, []string{
+		"--node-name=" + node,
+		"--kubeconfig=" + l.cp.Kubeconfig(),
+		"--sysfs-root=" + n.SysfsRoot(),
+		"--cdi-root=" + n.CDIDir(),
+		"--kubelet-registrar-directory-path=" + n.RegistryDir(),
+		"--kubelet-plugins-directory-path=" + n.PluginsDir(),
+		"--health-interval=500ms",
+		"--metrics-address=",
+		"--healthcheck-port=0",
+		fmt.Sprintf("-v=%d", l.opts.Verbosity),
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if l.components == nil {
+		l.components = map[string][]*Process{}
+	}
+	l.components[node] = append(l.components[node], p)
+	l.mu.Unlock()
+	if err := l.WaitForResourceSliceDevices(ctx, node, "neuron.aws.com", n.Spec.InstanceType.Devices, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("%w\n%s log:\n%s", err, ComponentDRADriver, LogTail(p.LogPath(), 20))
+	}
+	return p, nil
+}
+
+// StopComponent stops one component process of a node (tests restart components this way).
+func (l *Lab) StopComponent(node string, p *Process) error {
+	l.mu.Lock()
+	l.components[node] = slices.DeleteFunc(l.components[node], func(q *Process) bool { return q == p })
+	l.mu.Unlock()
+	return p.Stop(StopGrace(StopOrderComponent))
+}
+
+// WaitForResourceSliceDevices waits until the driver's ResourceSlices of the node hold at least
+// want Neuron devices (resourceType neuron_device).
+func (l *Lab) WaitForResourceSliceDevices(ctx context.Context, node, driver string, want int, timeout time.Duration) error {
+	got := 0
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := l.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+			FieldSelector: "spec.nodeName=" + node + ",spec.driver=" + driver,
+		})
+		if err != nil {
+			return false, nil
+		}
+		got = 0
+		for _, s := range list.Items {
+			for _, d := range s.Spec.Devices {
+				if a, ok := d.Attributes["resourceType"]; ok && a.StringValue != nil && *a.StringValue == "neuron_device" {
+					got++
+				}
+			}
+		}
+		return got >= want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("node %s: the ResourceSlices of %s hold %d Neuron devices, want %d: %w", node, driver, got, want, err)
+	}
+	return nil
 }
 
 func (l *Lab) startComponent(name, node string, args []string) (*Process, error) {

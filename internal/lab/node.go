@@ -2,6 +2,8 @@ package lab
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -135,6 +137,9 @@ func (n *SimNode) NodeObject() *corev1.Node {
 	}
 	for k, v := range labels.UltraServerLabels(n.Spec.UltraServer) {
 		l[k] = v
+	}
+	for i, nn := range networkNodes(n.Spec) {
+		l[fmt.Sprintf("topology.k8s.aws/network-node-layer-%d", i+1)] = nn
 	}
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(max(it.VCPU, 1)), resource.DecimalSI),
@@ -290,4 +295,19 @@ func (n *SimNode) syncStatus(ctx context.Context) error {
 	}
 	_, err = n.client.CoreV1().Nodes().PatchStatus(ctx, n.Spec.Name, patch)
 	return err
+}
+
+// networkNodes are the EC2 instance topology network nodes (layers 1 to 3) that EKS labels nodes
+// with: in the lab one layer-1 node for the fleet, a layer-2 node per UltraServer (or per
+// instance family), and a layer-3 node per node, named like EC2's ("nn-" and 17 hex digits).
+func networkNodes(spec NodeSpec) [3]string {
+	nn := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return "nn-" + hex.EncodeToString(sum[:])[:17]
+	}
+	group := "family/" + spec.InstanceType.Family
+	if spec.UltraServerName != "" {
+		group = "ultraserver/" + spec.UltraServerName
+	}
+	return [3]string{nn("kube-neuron-lab"), nn(group), nn("node/" + spec.Name)}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // Device is one Neuron device as the driver reports it.
@@ -86,3 +88,22 @@ func (c Counter) String() string {
 }
 
 func (c Counter) valid() bool { return c == MemECC || c == SRAMECC }
+
+// Shape is the node's shape: its catalog entry, its LNC and the device graph built from the links
+// the driver reports (not the catalog's: a node whose links differ from the catalog's topology
+// gets sets that are connected on it).
+func (n *Node) Shape(cat *topology.Catalog) (*topology.Shape, error) {
+	it, err := cat.Get(n.InstanceType)
+	if err != nil {
+		return nil, err
+	}
+	adj := make([][]int, len(n.Devices))
+	for i, d := range n.Devices {
+		adj[i] = d.Connected
+	}
+	g, err := topology.NewGraph(adj)
+	if err != nil {
+		return nil, fmt.Errorf("the device links the driver reports: %w", err)
+	}
+	return topology.NewShapeWithGraph(it, n.LNC, g)
+}
