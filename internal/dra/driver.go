@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -128,6 +129,9 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 		info: NodeInfo{
 			Name: o.NodeName, Type: shape.Type, Hardware: node, LNC: shape.LNC, DriverVersion: Version,
 		},
+	}
+	if err := os.MkdirAll(d.dataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("the plugin's data directory: %w", err)
 	}
 	if d.cdi, err = newCDIWriter(o.CDIRoot); err != nil {
 		return nil, err

@@ -39,7 +39,7 @@ const (
 // controller runs, so nodes are never tainted or evicted for missing heartbeats.
 const KubeControllerManagerControllers = "resourceclaim-controller,garbage-collector-controller," +
 	"namespace-controller,serviceaccount-controller,serviceaccount-token-controller," +
-	"deployment-controller,replicaset-controller,job-controller,pod-garbage-collector-controller"
+	"deployment-controller,replicaset-controller,statefulset-controller,job-controller,pod-garbage-collector-controller"
 
 // Client settings of the admin config and of every control-plane component.
 const (

@@ -175,7 +175,12 @@ func Apply(t testing.TB, ctx context.Context, path, ns string) []*unstructured.U
 // CreateNamespace creates a namespace for the test and deletes it when the test ends.
 func CreateNamespace(t testing.TB, ctx context.Context) string {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	name := strings.Map(func(r rune) rune {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(t.Name()))
 	if len(name) > 50 {
 		name = name[:50]
 	}
