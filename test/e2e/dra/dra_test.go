@@ -21,8 +21,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/dra"
-	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/lab"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
 	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
 )
@@ -433,9 +433,9 @@ func TestUltraServer(t *testing.T) {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{
-				NodeSelector: map[string]string{"kubernetes.io/hostname": node},
-				Tolerations:  []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-				Containers:   []corev1.Container{{Name: "c", Image: "public.ecr.aws/ubuntu/ubuntu:22.04", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "one"}}}}},
+				NodeSelector:   map[string]string{"kubernetes.io/hostname": node},
+				Tolerations:    []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+				Containers:     []corev1.Container{{Name: "c", Image: "public.ecr.aws/ubuntu/ubuntu:22.04", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "one"}}}}},
 				ResourceClaims: []corev1.PodResourceClaim{{Name: "one", ResourceClaimTemplateName: ptr.To("one-device")}},
 			},
 		}
