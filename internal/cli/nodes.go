@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	apiv1 "github.com/kube-neuron/kube-neuron/api/neuron.aws.com/v1"
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
@@ -36,10 +37,8 @@ const (
 	ExitNoNodes = 5
 )
 
-// DRADriver is the DRA driver name of kube-neuron; its devices are named neurondeviceN.
-const DRADriver = "neuron.aws.com"
-
-const draDevicePrefix = "neurondevice"
+// DRADriver is the DRA driver name of kube-neuron.
+const DRADriver = apiv1.DriverName
 
 // nodesPageSize bounds the pods (and ResourceClaims) one list call returns.
 const nodesPageSize = 500
@@ -421,9 +420,16 @@ func claimUsage(ctx context.Context, client kubernetes.Interface, states []*node
 			if r.Driver != DRADriver || dra[r.Pool] == nil {
 				continue
 			}
-			d, ok := draDeviceIndex(r.Device)
+			if r.Device == apiv1.NodeDeviceName {
+				// The UltraServer node device: every device of the node.
+				for d := range dra[r.Pool].usage.Shape().Devices() {
+					devices[r.Pool] = append(devices[r.Pool], d)
+				}
+				continue
+			}
+			d, ok := apiv1.ParseDeviceName(r.Device)
 			if !ok {
-				warn("ResourceClaim %s/%s: device %q of node %s is not a %sN device: not counted", claim.Namespace, claim.Name, r.Device, r.Pool, draDevicePrefix)
+				warn("ResourceClaim %s/%s: device %q of node %s is neither %sN nor %s: not counted", claim.Namespace, claim.Name, r.Device, r.Pool, apiv1.DevicePrefix, apiv1.NodeDeviceName)
 				continue
 			}
 			devices[r.Pool] = append(devices[r.Pool], d)
@@ -456,19 +462,6 @@ func claimUsage(ctx context.Context, client kubernetes.Interface, states []*node
 		}
 	}
 	return nil
-}
-
-// draDeviceIndex parses "neurondeviceN".
-func draDeviceIndex(name string) (int, bool) {
-	s, ok := strings.CutPrefix(name, draDevicePrefix)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || strconv.Itoa(n) != s {
-		return 0, false
-	}
-	return n, true
 }
 
 // describeHeld says what an allocation holds: "4 devices: 0-3" or "2 cores: 8-9".

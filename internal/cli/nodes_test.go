@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	apiv1 "github.com/kube-neuron/kube-neuron/api/neuron.aws.com/v1"
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
@@ -223,7 +224,7 @@ func TestNodesOverlapWarns(t *testing.T) {
 		"warning: node trn1-a: pod default/late container x: devices 2,3 are already in use, wholly or partly: not counted\n",
 		"warning: pod default/broken: annotation kube-neuron.io/allocation is not a valid allocation record",
 		"warning: node trn2-a: ResourceClaim ml/clash: devices 7 are already in use, wholly or partly: not counted\n",
-		`warning: ResourceClaim ml/odd: device "core3" of node trn2-a is not a neurondeviceN device: not counted`,
+		`warning: ResourceClaim ml/odd: device "core3" of node trn2-a is neither neurondeviceN nor neuronnode: not counted`,
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
@@ -347,5 +348,23 @@ current-context: ctx
 				t.Errorf("exit %d (want %d), stdout %q, stderr %q (want %q)", code, tc.wantCode, stdout, stderr, tc.want)
 			}
 		})
+	}
+}
+
+func TestNodesUltraServerNodeDevice(t *testing.T) {
+	objs := []runtime.Object{
+		neuronNode("us-0", "trn2u.48xlarge", labels.AllocationModeDRA, 16, 64),
+		deviceClaim("ml", "whole", "us-0", "vllm-0", apiv1.NodeDeviceName),
+	}
+	stdout, stderr, err := runNodesOn(t, objs, nodesOptions{output: "json"})
+	if err != nil || stderr != "" {
+		t.Fatalf("err %v, stderr %q", err, stderr)
+	}
+	var got []NodeReport
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !reflect.DeepEqual(got[0].Devices.Used, ids(0, 15)) || len(got[0].Holders) != 1 || got[0].Holders[0].Claim != "whole" {
+		t.Errorf("the node device holds every device of the node: %+v", got)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -13,13 +12,14 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
+	apiv1 "github.com/kube-neuron/kube-neuron/api/neuron.aws.com/v1"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // DriverName is the DRA driver's name, the domain of its unqualified attributes and the name of
 // its DeviceClass.
-const DriverName = "neuron.aws.com"
+const DriverName = apiv1.DriverName
 
 // Resource types (attribute resourceType).
 const (
@@ -29,7 +29,7 @@ const (
 
 // NodeDeviceName is the name of the UltraServer node pseudo-device that trn2u nodes publish: a
 // claim for it gets every device of the node.
-const NodeDeviceName = "neuronnode"
+const NodeDeviceName = apiv1.NodeDeviceName
 
 // counterSetName and counterName are the shared counter that keeps NodeDeviceName and the node's
 // devices apart: each device consumes one, the node device all of them.
@@ -47,21 +47,11 @@ var NetworkNodeLabels = [3]string{
 	"topology.k8s.aws/network-node-layer-3",
 }
 
-// DeviceName is the name of device index i in the ResourceSlice.
-func DeviceName(i int) string { return "neurondevice" + strconv.Itoa(i) }
-
-// ParseDeviceName returns the device index of a name DeviceName gives, and whether it is one.
-func ParseDeviceName(name string) (int, bool) {
-	s, ok := strings.CutPrefix(name, "neurondevice")
-	if !ok || s == "" || (len(s) > 1 && s[0] == '0') {
-		return 0, false
-	}
-	i, err := strconv.Atoi(s)
-	if err != nil || i < 0 {
-		return 0, false
-	}
-	return i, true
-}
+// DeviceName and ParseDeviceName name the Neuron devices in the ResourceSlice.
+var (
+	DeviceName      = apiv1.DeviceName
+	ParseDeviceName = apiv1.ParseDeviceName
+)
 
 // NodeInfo is everything the ResourceSlice of one node is built from.
 type NodeInfo struct {
