@@ -33,7 +33,7 @@ KUBE_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
 LAB_DIR    ?= .lab
 CHART      := deployments/helm/kube-neuron
 # The chart values of the components the lab runs as host processes.
-LAB_CHART_SET := --set npd.enabled=false --set scheduler.enabled=true
+LAB_CHART_SET := --set npd.enabled=false --set scheduler.enabled=true --set draDriver.enabled=true --set devicePlugin.allowWithDRA=true
 
 .PHONY: test
 test: lint unit e2e ## Run all tests: go vet, staticcheck, unit and e2e tests with -race (the CI command)

@@ -24,7 +24,7 @@ func main() {
 	root := &cobra.Command{Use: "neuron-lab", Short: "A local Kubernetes control plane with simulated AWS Neuron nodes", SilenceUsage: true}
 	root.PersistentFlags().StringVar(&dir, "dir", ".lab", "lab state directory (kubeconfig, logs, bin/kubectl)")
 	root.PersistentFlags().StringVar(&binDir, "bin-dir", os.Getenv("KUBE_NEURON_TOOLS_BIN"), "directory of the pinned etcd and Kubernetes binaries (hack/build-tools.sh prints it)")
-	root.PersistentFlags().StringSliceVar(&components, "components", []string{lab.ComponentDevicePlugin, lab.ComponentExtender}, "kube-neuron components to run, from the directory of this binary")
+	root.PersistentFlags().StringSliceVar(&components, "components", []string{lab.ComponentDevicePlugin, lab.ComponentExtender, lab.ComponentDRADriver}, "kube-neuron components to run, from the directory of this binary")
 	root.PersistentFlags().StringArrayVar(&manifests, "apply", nil, "YAML file to apply once the lab runs (repeatable), such as the rendered Helm chart")
 	root.PersistentFlags().StringVar(&fleetFile, "fleet", "", "fleet file (default: one inf2.48xlarge, one trn1.32xlarge, one trn2.48xlarge in DRA mode)")
 	abs := func() error {

@@ -28,13 +28,22 @@ import (
 // Namespace is where the demo applies the examples.
 const Namespace = "demo"
 
-// ExampleDirs are the directories of examples/ whose components exist, applied in order; the
-// demo lets each settle before the next (the extender's pods pack tightly first, then the default
-// scheduler's pods of device-plugin/ take what is left).
-var ExampleDirs = []string{"lab", "extender", "device-plugin"}
+// Examples are the example files the demo applies (globs under examples/), in groups; the demo
+// lets each group settle before the next (the extender's pods pack tightly first, then the
+// default scheduler's pods of device-plugin/ take what is left, then the DRA claims).
+var Examples = [][]string{
+	{"lab/*.yaml"},
+	{"extender/*.yaml"},
+	{"device-plugin/*.yaml"},
+	// The DRA examples that fit the demo's fleet: connected sets on trn2-a, one device on a
+	// trn1.2xlarge, the seed's LNC error on the other, a driver version no node has (pending),
+	// and four pods on the four nodes of one UltraServer.
+	{"dra/1x4-connected-neurons.yaml", "dra/l-trn2.yaml", "dra/single-neuron-device.yaml", "dra/lnc-1-trn1.yaml",
+		"dra/driver-version-missing.yaml", "dra/us-4-node-config.yaml"},
+}
 
-// Fleet is the demo's fleet: every example has a node it fits, and trn2-a shows a node served by
-// the DRA driver.
+// Fleet is the demo's fleet: every example has a node it fits. trn2-a, the trn1.2xlarge nodes
+// and the UltraServer us-1 are served by the DRA driver.
 var Fleet = lab.FleetFile{Nodes: []lab.FleetEntry{
 	{Name: "inf1-a", InstanceType: "inf1.6xlarge"},
 	{Name: "inf2-a", InstanceType: "inf2.48xlarge"},
@@ -42,6 +51,8 @@ var Fleet = lab.FleetFile{Nodes: []lab.FleetEntry{
 	{Name: "trn1-b", InstanceType: "trn1.32xlarge"},
 	{Name: "trn1-c", InstanceType: "trn1.32xlarge"},
 	{Name: "trn2-a", InstanceType: "trn2.48xlarge", Mode: lab.ModeDRA},
+	{Name: "trn1-s", InstanceType: "trn1.2xlarge", Mode: lab.ModeDRA, Count: 2},
+	{Name: "us-1", InstanceType: "trn2u.48xlarge", Mode: lab.ModeDRA, Count: 4, UltraServer: "us-1"},
 }}
 
 // Options configure Run.
@@ -82,9 +93,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(out, "\n== Applying the examples (namespace %s)\n", Namespace)
 	var pods []corev1.Pod
-	for _, dir := range ExampleDirs {
-		files, _ := filepath.Glob(filepath.Join(o.Examples, dir, "*.yaml"))
-		sort.Strings(files)
+	for _, group := range Examples {
+		var files []string
+		for _, g := range group {
+			matches, _ := filepath.Glob(filepath.Join(o.Examples, g))
+			sort.Strings(matches)
+			files = append(files, matches...)
+		}
 		for _, f := range files {
 			objs, err := lab.ApplyFile(ctx, l.RESTConfig(), "kube-neuron-demo", f, Namespace)
 			if err != nil {
@@ -101,8 +116,12 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	fmt.Fprintln(out, "\n== What every pod got (the device plugin's answers, as the simulated kubelet recorded them)")
-	printPods(out, pods)
+	fmt.Fprintln(out, "\n== What every pod got (the device plugin's and the DRA driver's answers, as the simulated kubelet recorded them)")
+	failing, err := prepareFailures(ctx, l)
+	if err != nil {
+		return err
+	}
+	printPods(out, pods, failing)
 	fmt.Fprintln(out, "\n== $ kubectl-neuron nodes   (usage derived from the pods' allocation records)")
 	var stderr strings.Builder
 	if code := cli.Main([]string{"nodes", "--kubeconfig", l.Kubeconfig()}, out, &stderr); code != 0 {
@@ -139,9 +158,23 @@ func settle(ctx context.Context, l *lab.Lab, wait time.Duration) ([]corev1.Pod, 
 		if err != nil {
 			return nil, err
 		}
+		failing, err := prepareFailures(ctx, l)
+		if err != nil {
+			return nil, err
+		}
 		settled := true
+		// A StatefulSet's pods appear after it: wait until its controller created them all.
+		sets, err := l.Client().AppsV1().StatefulSets(Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, ss := range sets.Items {
+			if ss.Spec.Replicas != nil && ss.Status.Replicas < *ss.Spec.Replicas {
+				settled = false
+			}
+		}
 		for _, p := range list.Items {
-			if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodFailed && !unschedulable(p) {
+			if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodFailed && !unschedulable(p) && failing[p.Name] == "" {
 				settled = false
 			}
 		}
@@ -151,6 +184,20 @@ func settle(ctx context.Context, l *lab.Lab, wait time.Duration) ([]corev1.Pod, 
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// prepareFailures returns, per pod of the demo namespace, the last message of the kubelet's
+// FailedPrepareDynamicResources events (a scheduled pod whose claim the DRA driver refused).
+func prepareFailures(ctx context.Context, l *lab.Lab) (map[string]string, error) {
+	events, err := l.Client().CoreV1().Events(Namespace).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedPrepareDynamicResources"})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range events.Items {
+		out[e.InvolvedObject.Name] = e.Message
+	}
+	return out, nil
 }
 
 // unschedulable reports whether the scheduler found no node for the pod (it stays Pending).
@@ -224,7 +271,7 @@ func compactDevices(paths []string) string {
 	return "/dev/neuron[" + topology.FormatList(ids) + "]"
 }
 
-func printPods(out io.Writer, pods []corev1.Pod) {
+func printPods(out io.Writer, pods []corev1.Pod, failing map[string]string) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "POD/CONTAINER\tNODE\tPHASE\tDEVICE NODES\tCORES\tENV (id lists shortened)")
 	for _, p := range pods {
@@ -244,6 +291,9 @@ func printPods(out io.Writer, pods []corev1.Pod) {
 					fmt.Fprintf(out, "%s is pending: %s\n", p.Name, c.Message)
 				}
 			}
+		}
+		if msg := failing[p.Name]; msg != "" && p.Status.Phase == corev1.PodPending {
+			fmt.Fprintf(out, "%s is not started by the kubelet: %s\n", p.Name, msg)
 		}
 		if p.Status.Phase == corev1.PodFailed {
 			fmt.Fprintf(out, "%s failed: %s\n", p.Name, p.Status.Message)
