@@ -20,7 +20,7 @@ type driverEnv struct {
 	sysfs, cdiDir, pluginsDir string
 }
 
-func newTestDriver(t *testing.T, env *driverEnv) *Driver {
+func newTestDriver(t testing.TB, env *driverEnv) *Driver {
 	t.Helper()
 	if env.sysfs == "" {
 		it, _ := topology.DefaultCatalog().Get("trn2.48xlarge")
