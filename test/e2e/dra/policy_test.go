@@ -113,7 +113,9 @@ func TestResourceSlicePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.ResourceV1().ResourceSlices().Delete(context.Background(), other.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = admin.ResourceV1().ResourceSlices().Delete(context.Background(), other.Name, metav1.DeleteOptions{})
+	})
 	if err := driver.ResourceV1().ResourceSlices().Delete(ctx, other.Name, metav1.DeleteOptions{}); err == nil {
 		t.Error("the driver on trn2-a deleted trn1-s's ResourceSlice")
 	}
