@@ -164,7 +164,17 @@ func (l *Lab) StartDRADriver(ctx context.Context, node string) (*Process, error)
 	}
 	l.components[node] = append(l.components[node], p)
 	l.mu.Unlock()
-	if err := l.WaitForResourceSliceDevices(ctx, node, "neuron.aws.com", n.Spec.InstanceType.Devices, 30*time.Second); err != nil {
+	// Stop waiting as soon as the driver exits: its log says why.
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.Exited():
+			cancel()
+		case <-waitCtx.Done():
+		}
+	}()
+	if err := l.WaitForResourceSliceDevices(waitCtx, node, "neuron.aws.com", n.Spec.InstanceType.Devices, 30*time.Second); err != nil {
 		return nil, fmt.Errorf("%w\n%s log:\n%s", err, ComponentDRADriver, LogTail(p.LogPath(), 20))
 	}
 	return p, nil
