@@ -177,7 +177,7 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 	defer func() { e.metrics.filterSeconds.Observe(e.o.Now().Sub(start).Seconds()) }()
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
 	failed, unresolvable = map[string]string{}, map[string]string{}
-	reqs := PodRequests(pod)
+	reqs := allocation.PodRequests(pod)
 	var unsupported string
 	memo := make(map[string]memoScore, len(names))
 	defer func() { e.memo.put(pod.UID, memo, e.o.Now()) }()
@@ -192,7 +192,7 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 			continue
 		}
 		gen := e.usageCache.generation(name)
-		_, score, err := Plan(e.usage(ctx, shape, name, pod.UID), reqs, e.o.Policy)
+		_, score, err := allocation.Plan(e.usage(ctx, shape, name, pod.UID), reqs, e.o.Policy)
 		if err == nil {
 			memo[name] = memoScore{gen: gen, score: ExtenderScore(score)}
 		}
@@ -240,7 +240,7 @@ func (e *Extender) warn(pod *corev1.Pod, reason, msg string) {
 // Prioritize scores the nodes: the tightest fit highest, so that large blocks and whole nodes
 // stay free.
 func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []string) map[string]int64 {
-	reqs := PodRequests(pod)
+	reqs := allocation.PodRequests(pod)
 	out := make(map[string]int64, len(names))
 	memo := e.memo.take(pod.UID)
 	for _, name := range names {
@@ -257,7 +257,7 @@ func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []stri
 			out[name] = 0
 			continue
 		}
-		_, score, err := Plan(e.usage(ctx, shape, name, pod.UID), reqs, e.o.Policy)
+		_, score, err := allocation.Plan(e.usage(ctx, shape, name, pod.UID), reqs, e.o.Policy)
 		if err != nil {
 			out[name] = 0
 			continue
@@ -359,10 +359,10 @@ func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID,
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid, ResourceVersion: pod.ResourceVersion},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
-	reqs := PodRequests(pod)
+	reqs := allocation.PodRequests(pod)
 	var rec *allocation.Record
 	if len(reqs) > 0 {
-		containers, _, err := Plan(e.freshUsage(ctx, shape, node, pod.UID), reqs, e.o.Policy)
+		containers, _, err := allocation.Plan(e.freshUsage(ctx, shape, node, pod.UID), reqs, e.o.Policy)
 		if err != nil {
 			e.metrics.refusals.WithLabelValues("bind").Inc()
 			return fmt.Errorf("pod %s/%s no longer fits node %s: %w", ns, name, node, err)

@@ -1,100 +1,15 @@
 // Package extender is neuron-scheduler-extender: the kube-scheduler HTTP extender that filters
 // and scores nodes with the topology engine and binds pods with an allocation record naming
-// their devices. Decisions are the plain functions of this file; extender.go keeps the state
+// their devices. Decisions are plain functions: allocation.PodRequests and allocation.Plan (shared
+// with the autoscaler) and those of this file; extender.go keeps the state
 // (informers, per-node bind leases) and server.go speaks HTTP.
 package extender
 
 import (
 	"errors"
-	"fmt"
-	"slices"
-	"sort"
 
-	corev1 "k8s.io/api/core/v1"
-
-	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
-
-// Request is what one container asks for.
-type Request struct {
-	Container string
-	Resource  string
-	Count     int
-}
-
-// PodRequests returns the pod's Neuron requests, init containers first, in spec order. A
-// container asking for Neuron resources takes them from its limits (extended resources are
-// requested in limits, equal to requests).
-func PodRequests(pod *corev1.Pod) []Request {
-	var out []Request
-	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
-		for _, res := range topology.Resources {
-			q, ok := c.Resources.Limits[corev1.ResourceName(res)]
-			if !ok {
-				q, ok = c.Resources.Requests[corev1.ResourceName(res)]
-			}
-			if ok && q.Value() > 0 {
-				out = append(out, Request{Container: c.Name, Resource: res, Count: int(q.Value())})
-			}
-		}
-	}
-	return out
-}
-
-// Plan places every request of a pod on a node whose current usage is u (u is not changed).
-// It returns the record entries in request order and the node's score for the pod: the lowest
-// score of its placements (0-100, higher is a tighter fit). Requests are placed largest first,
-// so that a pod's big request is not blocked by its own small one.
-func Plan(u *topology.Usage, reqs []Request, policy topology.Policy) ([]allocation.Container, float64, error) {
-	if len(reqs) == 1 { // the common case: nothing to apply between placements, so no copy
-		r := reqs[0]
-		unit, err := topology.UnitOf(r.Resource)
-		if err != nil {
-			return nil, 0, err
-		}
-		fit, err := policy.Place(u, topology.Request{Unit: unit, Count: r.Count})
-		if err != nil {
-			return nil, 0, err
-		}
-		return []allocation.Container{{Name: r.Container, Resource: r.Resource, Devices: fit.Devices, Cores: fit.Cores}}, fit.Score, nil
-	}
-	shape := u.Shape()
-	work := u.Clone()
-	order := make([]int, len(reqs))
-	for i := range order {
-		order[i] = i
-	}
-	size := func(r Request) int {
-		if r.Resource == topology.ResourceNeuronCore {
-			return r.Count
-		}
-		return r.Count * shape.CoresPerDevice
-	}
-	sort.SliceStable(order, func(a, b int) bool { return size(reqs[order[a]]) > size(reqs[order[b]]) })
-	out := make([]allocation.Container, len(reqs))
-	score := 100.0
-	for _, i := range order {
-		r := reqs[i]
-		unit, err := topology.UnitOf(r.Resource)
-		if err != nil {
-			return nil, 0, err
-		}
-		fit, err := policy.Place(work, topology.Request{Unit: unit, Count: r.Count})
-		if err != nil {
-			if len(reqs) > 1 {
-				return nil, 0, fmt.Errorf("container %s: %w", r.Container, err)
-			}
-			return nil, 0, err
-		}
-		if err := work.Allocate(fit.Allocation); err != nil {
-			return nil, 0, fmt.Errorf("internal error: %w", err)
-		}
-		out[i] = allocation.Container{Name: r.Container, Resource: r.Resource, Devices: fit.Devices, Cores: fit.Cores}
-		score = min(score, fit.Score)
-	}
-	return out, score, nil
-}
 
 // Unresolvable reports whether err means the node can never take the pod (a count its instance
 // type does not accept), so that preemption cannot help.
