@@ -86,7 +86,7 @@ func LoadCheckpoint(dir string) (*Checkpoint, error) {
 	}
 	c, err := DecodeCheckpoint(data)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s is unreadable (%w): the claims prepared on this node are unknown, so the driver does not start rather than risk giving a device twice. Drain the node's DRA pods, move the file aside and restart the driver", path, err)
+		return nil, fmt.Errorf("checkpoint %s is unreadable (%w): the claims prepared on this node are unknown, so the driver neither starts nor prepares rather than risk giving a device twice. Drain the node's DRA pods, move the file aside and restart the driver", path, err)
 	}
 	return c, nil
 }

@@ -114,7 +114,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 	if hw == nil {
 		hw = &neuron.Sysfs{Root: o.SysfsRoot}
 	}
-	node, err := hw.Discover(ctx)
+	node, err := discover(ctx, hw)
 	if err != nil {
 		return nil, err
 	}
@@ -141,6 +141,23 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 	}
 	d.metrics.prepared.Set(float64(len(d.checkpoint.Claims)))
 	return d, nil
+}
+
+// discover reads the devices, waiting while the Neuron driver is still forming the node's
+// UltraServer.
+func discover(ctx context.Context, hw neuron.Hardware) (*neuron.Node, error) {
+	for {
+		node, err := hw.Discover(ctx)
+		if !errors.Is(err, neuron.ErrUltraServerBusy) {
+			return node, err
+		}
+		klog.FromContext(ctx).Info("Waiting for the Neuron driver to form the UltraServer", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", err, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // Run serves until ctx ends.
@@ -333,16 +350,26 @@ func (d *Driver) checkHealth(ctx context.Context) {
 // PrepareResourceClaims prepares each claim: the plan, the conflict check against every other
 // prepared claim, the CDI spec, then the checkpoint. A claim already prepared gets the same
 // answer again (its CDI spec rewritten if it went missing).
+//
+// The checkpoint on disk is the state: it is read at the start of every call and written before
+// it returns. During a rolling update two driver pods serve the node and the kubelet may call
+// either; the kubeletplugin helper serialises their calls with a file lock, so each call sees
+// what the other pod's last call wrote.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	logger := klog.FromContext(ctx)
+	start := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	cp, err := LoadCheckpoint(d.dataDir)
+	if err != nil {
+		d.metrics.failures.WithLabelValues("prepare").Add(float64(len(claims)))
+		return nil, err
+	}
+	d.checkpoint = cp
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var added []string
 	for _, claim := range claims {
-		start := time.Now()
 		res, isNew := d.prepare(ctx, claim)
-		d.metrics.duration.WithLabelValues("prepare").Observe(time.Since(start).Seconds())
 		if res.Err != nil {
 			d.metrics.failures.WithLabelValues("prepare").Inc()
 			logger.Info("Claim not prepared", "claim", klog.KObj(claim), "err", res.Err)
@@ -352,18 +379,30 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		out[claim.UID] = res
 	}
 	if len(added) > 0 {
-		if err := d.checkpoint.Save(d.dataDir); err != nil {
+		if err := cp.Save(d.dataDir); err != nil {
 			// Not recorded, so not prepared: undo, and let the kubelet retry.
 			for _, uid := range added {
-				_ = d.cdi.remove(d.checkpoint.Claims[uid].CDISpec)
-				delete(d.checkpoint.Claims, uid)
+				_ = d.cdi.remove(cp.Claims[uid].CDISpec)
+				delete(cp.Claims, uid)
 				out[types.UID(uid)] = kubeletplugin.PrepareResult{Err: err}
 			}
 			d.metrics.failures.WithLabelValues("prepare").Add(float64(len(added)))
 		}
 	}
-	d.metrics.prepared.Set(float64(len(d.checkpoint.Claims)))
+	d.metrics.prepared.Set(float64(len(cp.Claims)))
+	d.observe("prepare", start, len(claims))
 	return out, nil
+}
+
+// observe records a call's duration, spread over its claims.
+func (d *Driver) observe(op string, start time.Time, claims int) {
+	if claims == 0 {
+		return
+	}
+	per := time.Since(start).Seconds() / float64(claims)
+	for range claims {
+		d.metrics.duration.WithLabelValues(op).Observe(per)
+	}
 }
 
 func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, bool) {
@@ -404,16 +443,24 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 }
 
 // UnprepareResourceClaims removes what prepare made; claims it does not know are already done.
+// Like prepare, it reads the checkpoint first and writes it before returning: when the write
+// fails, the kubelet's retry finds the claims still recorded and removes them again.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	logger := klog.FromContext(ctx)
+	start := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	cp, err := LoadCheckpoint(d.dataDir)
+	if err != nil {
+		d.metrics.failures.WithLabelValues("unprepare").Add(float64(len(claims)))
+		return nil, err
+	}
+	d.checkpoint = cp
 	out := make(map[types.UID]error, len(claims))
 	changed := false
 	for _, c := range claims {
-		start := time.Now()
 		uid := string(c.UID)
-		pc := d.checkpoint.Claims[uid]
+		pc := cp.Claims[uid]
 		if pc == nil {
 			out[c.UID] = nil
 			continue
@@ -423,19 +470,19 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			out[c.UID] = err
 			continue
 		}
-		delete(d.checkpoint.Claims, uid)
+		delete(cp.Claims, uid)
 		changed = true
 		out[c.UID] = nil
-		d.metrics.duration.WithLabelValues("unprepare").Observe(time.Since(start).Seconds())
 		logger.V(2).Info("Claim unprepared", "claim", c.String(), "devices", topology.FormatList(pc.Indexes()))
 	}
 	if changed {
-		if err := d.checkpoint.Save(d.dataDir); err != nil {
-			// The specs are gone; the kubelet retries, and unprepare is idempotent.
+		if err := cp.Save(d.dataDir); err != nil {
+			d.metrics.failures.WithLabelValues("unprepare").Add(float64(len(claims)))
 			return nil, err
 		}
 	}
-	d.metrics.prepared.Set(float64(len(d.checkpoint.Claims)))
+	d.metrics.prepared.Set(float64(len(cp.Claims)))
+	d.observe("unprepare", start, len(claims))
 	return out, nil
 }
 

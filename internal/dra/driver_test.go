@@ -3,6 +3,7 @@ package dra
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -184,11 +185,8 @@ func TestPrepareFailureKeepsNothing(t *testing.T) {
 func TestCheckpointSaveFailureUndoes(t *testing.T) {
 	env := &driverEnv{}
 	d := newTestDriver(t, env)
-	// The data directory cannot be created: a file is in the way.
-	d.dataDir = filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(d.dataDir, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	// A data directory that reads (no checkpoint yet) but takes no new file, even from root.
+	d.dataDir = "/proc/self"
 	c := testClaim("a").Device("n", "trn2-a", "neurondevice0").Obj()
 	if r := prepareOne(t, d, c); r.Err == nil || !strings.Contains(r.Err.Error(), "writing the checkpoint") {
 		t.Fatalf("prepare with an unwritable checkpoint: %v", r.Err)
@@ -215,4 +213,52 @@ func TestCorruptCheckpointRefusesToStart(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "is unreadable") || !strings.Contains(err.Error(), "move the file aside") {
 		t.Fatalf("corrupt checkpoint: %v", err)
 	}
+}
+
+// TestTwoInstancesShareTheCheckpoint plays a rolling update: two driver instances on one node,
+// the kubelet calling either (the helper serialises their calls). Each sees what the other
+// prepared, so neither gives a device twice and either can unprepare.
+func TestTwoInstancesShareTheCheckpoint(t *testing.T) {
+	env := &driverEnv{}
+	oldPod := newTestDriver(t, env)
+	newPod := newTestDriver(t, env)
+	a := testClaim("a").Device("n", "trn2-a", "neurondevice0", "neurondevice1").Obj()
+	if r := prepareOne(t, oldPod, a); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	b := testClaim("b").Device("n", "trn2-a", "neurondevice1").Obj()
+	if r := prepareOne(t, newPod, b); r.Err == nil {
+		t.Fatal("the new instance prepared a device the old one had given to another claim")
+	}
+	c := testClaim("c").Device("n", "trn2-a", "neurondevice2").Obj()
+	if r := prepareOne(t, newPod, c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	// The old instance's next save must not drop c; the new one unprepares a.
+	d := testClaim("d").Device("n", "trn2-a", "neurondevice3").Obj()
+	if r := prepareOne(t, oldPod, d); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	unprepare(t, newPod, a)
+	if specs := cdiSpecs(t, env, string(a.UID)); len(specs) != 0 {
+		t.Errorf("CDI spec of a left: %v", specs)
+	}
+	final, err := LoadCheckpoint(filepath.Join(env.pluginsDir, DriverName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for uid := range final.Claims {
+		got = append(got, uid)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"uid-c", "uid-d"}) {
+		t.Errorf("checkpoint holds %v, want uid-c and uid-d", got)
+	}
+}
+
+func cdiSpecs(t *testing.T, env *driverEnv, uid string) []string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(env.cdiDir, "*"+uid+"*"))
+	return m
 }
