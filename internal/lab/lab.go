@@ -118,12 +118,6 @@ func (l *Lab) AddNode(ctx context.Context, spec NodeSpec) (*SimNode, error) {
 		if err != nil {
 			return nil, err
 		}
-		l.mu.Lock()
-		if l.components == nil {
-			l.components = map[string][]*Process{}
-		}
-		l.components[spec.Name] = append(l.components[spec.Name], p)
-		l.mu.Unlock()
 		if err := l.WaitForNodeResource(ctx, spec.Name, "aws.amazon.com/neuron", int64(spec.InstanceType.Devices), 30*time.Second); err != nil {
 			return nil, fmt.Errorf("%w\n%s log:\n%s", err, ComponentDevicePlugin, LogTail(p.LogPath(), 20))
 		}
@@ -158,12 +152,6 @@ func (l *Lab) StartDRADriver(ctx context.Context, node string) (*Process, error)
 	if err != nil {
 		return nil, err
 	}
-	l.mu.Lock()
-	if l.components == nil {
-		l.components = map[string][]*Process{}
-	}
-	l.components[node] = append(l.components[node], p)
-	l.mu.Unlock()
 	// Stop waiting as soon as the driver exits: its log says why.
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -215,6 +203,7 @@ func (l *Lab) WaitForResourceSliceDevices(ctx context.Context, node, driver stri
 	return nil
 }
 
+// startComponent runs a component binary; one for a node is stopped with the lab (or StopComponent).
 func (l *Lab) startComponent(name, node string, args []string) (*Process, error) {
 	path := filepath.Join(l.opts.ComponentBinDir, name)
 	if _, err := os.Stat(path); err != nil {
@@ -231,6 +220,14 @@ func (l *Lab) startComponent(name, node string, args []string) (*Process, error)
 	if err := AddToState(l.cp.Dir(), p, StopOrderComponent); err != nil {
 		_ = p.Stop(time.Second)
 		return nil, err
+	}
+	if node != "" {
+		l.mu.Lock()
+		if l.components == nil {
+			l.components = map[string][]*Process{}
+		}
+		l.components[node] = append(l.components[node], p)
+		l.mu.Unlock()
 	}
 	return p, nil
 }
