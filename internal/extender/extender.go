@@ -68,6 +68,17 @@ type Extender struct {
 	leasesMu  sync.Mutex
 	leases    map[string]*coordinationv1.Lease // node -> the Lease as our last update left it
 	stalePods map[string]struct{}              // pods whose cached copy lost a conflict: read them fresh
+	binds     map[string]*bindLog              // node -> this replica's decisions other replicas must wait for
+}
+
+// bindLog is what a node's next Lease update lists for other replicas to wait for: this
+// replica's decisions whose Binding is still in flight, and those completed since the last
+// update. Waiting for all of them, a replica sees every decision made before the Lease it read:
+// an older decision completed before the previous update, so before the Binding of a listed
+// in-flight one, and a pod informer delivers events in that order.
+type bindLog struct {
+	inflight map[types.UID]lastBind
+	done     []lastBind
 }
 
 const byRecordNode = "recordNode"
@@ -92,7 +103,7 @@ func New(o Options) (*Extender, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}, leases: map[string]*coordinationv1.Lease{}, usageCache: newUsageCache()}, nil
+	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}, leases: map[string]*coordinationv1.Lease{}, binds: map[string]*bindLog{}, usageCache: newUsageCache()}, nil
 }
 
 // Start runs the informers and returns once their caches have synced.
@@ -288,8 +299,13 @@ func LeaseName(node string) string {
 	return name
 }
 
-// lastBindAnnotation on a node's bind Lease names the pod of the latest bind decision.
-const lastBindAnnotation = "kube-neuron.io/last-bind"
+// lastBindAnnotation on a node's bind Lease names the pod of the latest bind decision;
+// pendingBindsAnnotation lists every decision a replica must see before it decides for the node
+// (see bindLog). Replicas that predate the list read only the first.
+const (
+	lastBindAnnotation     = "kube-neuron.io/last-bind"
+	pendingBindsAnnotation = "kube-neuron.io/pending-binds"
+)
 
 type lastBind struct {
 	Namespace string    `json:"namespace"`
@@ -298,24 +314,27 @@ type lastBind struct {
 }
 
 // Bind chooses the pod's devices on the node, writes the allocation record on the pod and binds
-// it. Binds to one node are sequenced through the node's Lease with optimistic concurrency: a
-// decision counts only if the Lease did not change since the usage it was made on was read, and
-// a replica first waits until its cache has the pod of the latest decision, so two binds, also
-// from two replicas, can never choose the same devices. A failed bind removes what it wrote.
+// it. Decisions for one node are sequenced through the node's Lease with optimistic concurrency:
+// a decision counts only if the Lease did not change since the usage it was made on was read, and
+// a replica first waits until its cache has every decision the Lease lists, so two binds, also
+// from two replicas, can never choose the same devices. Within a replica the node lock covers
+// the decision only: the Binding is posted after it is released, while the decision already
+// counts in this replica's usage, so binds to one node overlap. A failed bind removes what it
+// wrote.
 func (e *Extender) Bind(ctx context.Context, ns, name string, uid types.UID, node string) error {
 	start := e.o.Now()
 	defer func() { e.metrics.bindSeconds.Observe(e.o.Now().Sub(start).Seconds()) }()
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(ns, name), "node", node)
-	lock := e.nodeLock(node)
-	lock.Lock()
-	defer lock.Unlock()
 	var lastErr error
 	for attempt := 0; attempt < 8; attempt++ {
 		if attempt > 0 {
 			e.metrics.bindConflicts.Inc()
 			time.Sleep(time.Duration(attempt*attempt) * 10 * time.Millisecond)
 		}
-		err := e.bindOnce(ctx, ns, name, uid, node)
+		post, err := e.decide(ctx, ns, name, uid, node)
+		if err == nil {
+			err = post(ctx)
+		}
 		if err == nil {
 			return nil
 		}
@@ -330,26 +349,29 @@ func (e *Extender) Bind(ctx context.Context, ns, name string, uid types.UID, nod
 
 var errRetry = errors.New("retry")
 
-func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID, node string) error {
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(ns, name), "node", node)
+// decide makes the bind decision under the node's lock and returns what posts it.
+func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, node string) (func(context.Context) error, error) {
+	lock := e.nodeLock(node)
+	lock.Lock()
+	defer lock.Unlock()
 	leases := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace)
 	lease, err := e.lease(ctx, node)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := e.waitForLastBind(ctx, lease, node); err != nil {
-		return err
+	if err := e.waitForBinds(ctx, lease, node); err != nil {
+		return nil, err
 	}
 	_, shape, err := e.nodeShape(node)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pod, err := e.pod(ctx, ns, name, uid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if pod.Spec.NodeName != "" {
-		return fmt.Errorf("pod %s/%s is already bound to node %s", ns, name, pod.Spec.NodeName)
+		return nil, fmt.Errorf("pod %s/%s is already bound to node %s", ns, name, pod.Spec.NodeName)
 	}
 	binding := &corev1.Binding{
 		// The Binding carries the pod's UID and resourceVersion as preconditions, and the
@@ -360,42 +382,60 @@ func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID,
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
 	reqs := allocation.PodRequests(pod)
-	var rec *allocation.Record
-	if len(reqs) > 0 {
-		containers, _, err := allocation.Plan(e.freshUsage(ctx, shape, node, pod.UID), reqs, e.o.Policy)
-		if err != nil {
-			e.metrics.refusals.WithLabelValues("bind").Inc()
-			return fmt.Errorf("pod %s/%s no longer fits node %s: %w", ns, name, node, err)
-		}
-		rec = &allocation.Record{Node: node, Containers: containers}
-		binding.Annotations = rec.Annotations()
-		binding.Annotations[allocation.AllocTime] = strconv.FormatInt(e.o.Now().UnixNano(), 10)
-		// The decision counts once the node's Lease takes it: an update refused for a changed
-		// resourceVersion means another decision for the node came first.
-		next := lease.DeepCopy()
-		last, _ := json.Marshal(lastBind{Namespace: ns, Name: name, UID: uid})
-		if next.Annotations == nil {
-			next.Annotations = map[string]string{}
-		}
-		next.Annotations[lastBindAnnotation] = string(last)
-		next.Spec.HolderIdentity = ptr.To(e.o.Identity)
-		next.Spec.RenewTime = &metav1.MicroTime{Time: e.o.Now()}
-		updated, err := leases.Update(ctx, next, metav1.UpdateOptions{})
-		if err != nil {
-			e.forgetLease(node)
-			if apierrors.IsConflict(err) {
-				return fmt.Errorf("%w: another decision for node %s came first", errRetry, node)
-			}
-			return fmt.Errorf("updating the bind lease of node %s: %w", node, err)
-		}
-		e.keepLease(node, updated)
+	if len(reqs) == 0 {
+		return func(ctx context.Context) error { return e.post(ctx, binding, node, nil) }, nil
 	}
-	if err := e.o.Client.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"}); err != nil {
-		// Only a definite refusal means nothing was written; after a timeout or a server error the
-		// binding may have been applied, and the next decision for the node must wait for it.
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-			e.usageCache.failedBind(uid)
+	containers, _, err := allocation.Plan(e.freshUsage(ctx, shape, node, pod.UID), reqs, e.o.Policy)
+	if err != nil {
+		e.metrics.refusals.WithLabelValues("bind").Inc()
+		return nil, fmt.Errorf("pod %s/%s no longer fits node %s: %w", ns, name, node, err)
+	}
+	rec := &allocation.Record{Node: node, Containers: containers}
+	binding.Annotations = rec.Annotations()
+	binding.Annotations[allocation.AllocTime] = strconv.FormatInt(e.o.Now().UnixNano(), 10)
+	// The decision counts once the node's Lease takes it: an update refused for a changed
+	// resourceVersion means another decision for the node came first.
+	this := lastBind{Namespace: ns, Name: name, UID: uid}
+	next := lease.DeepCopy()
+	if next.Annotations == nil {
+		next.Annotations = map[string]string{}
+	}
+	last, _ := json.Marshal(this)
+	pending, _ := json.Marshal(e.pendingBinds(node, this))
+	next.Annotations[lastBindAnnotation] = string(last)
+	next.Annotations[pendingBindsAnnotation] = string(pending)
+	next.Spec.HolderIdentity = ptr.To(e.o.Identity)
+	next.Spec.RenewTime = &metav1.MicroTime{Time: e.o.Now()}
+	updated, err := leases.Update(ctx, next, metav1.UpdateOptions{})
+	if err != nil {
+		e.forgetLease(node)
+		if apierrors.IsConflict(err) {
+			return nil, fmt.Errorf("%w: another decision for node %s came first", errRetry, node)
 		}
+		return nil, fmt.Errorf("updating the bind lease of node %s: %w", node, err)
+	}
+	e.keepLease(node, updated)
+	// From here the decision counts in this replica's usage, before its Binding is posted.
+	e.startBind(node, this)
+	e.usageCache.remember(node, uid, ns+"/"+name, rec)
+	return func(ctx context.Context) error { return e.post(ctx, binding, node, rec) }, nil
+}
+
+// post posts the Binding of a decision made by decide and settles the decision.
+func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node string, rec *allocation.Record) error {
+	ns, name, uid := binding.Namespace, binding.Name, binding.UID
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(ns, name), "node", node)
+	err := e.o.Client.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
+	// Only a definite refusal means nothing was written; after a timeout or a server error the
+	// binding may have been applied, and other replicas must still wait for it.
+	definite := err != nil && (apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err))
+	if rec != nil {
+		e.endBind(node, uid, definite)
+	}
+	if definite {
+		e.usageCache.failedBind(node, uid)
+	}
+	if err != nil {
 		if apierrors.IsConflict(err) && rec != nil {
 			// The pod changed since it was read (or the cache was behind): read it again.
 			e.forgetPod(ns, name)
@@ -404,7 +444,6 @@ func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID,
 		return fmt.Errorf("binding pod %s/%s to node %s: %w", ns, name, node, err)
 	}
 	if rec != nil {
-		e.usageCache.remember(node, uid, ns+"/"+name, rec)
 		for _, c := range rec.Containers {
 			e.metrics.allocations.WithLabelValues(c.Resource).Inc()
 			logger.Info("Bound", "container", c.Name, "resource", c.Resource, "devices", topology.JoinIDs(c.Devices), "cores", topology.JoinIDs(c.Cores))
@@ -413,6 +452,54 @@ func (e *Extender) bindOnce(ctx context.Context, ns, name string, uid types.UID,
 		logger.V(2).Info("Bound a pod without Neuron requests")
 	}
 	return nil
+}
+
+// pendingBinds returns what the node's next Lease update lists (this decision first) and starts
+// a new list of completed decisions.
+func (e *Extender) pendingBinds(node string, this lastBind) []lastBind {
+	e.leasesMu.Lock()
+	defer e.leasesMu.Unlock()
+	out := []lastBind{this}
+	l := e.binds[node]
+	if l == nil {
+		return out
+	}
+	for _, b := range l.inflight {
+		out = append(out, b)
+	}
+	out = append(out, l.done...)
+	l.done = nil
+	return out
+}
+
+func (e *Extender) startBind(node string, b lastBind) {
+	e.leasesMu.Lock()
+	defer e.leasesMu.Unlock()
+	l := e.binds[node]
+	if l == nil {
+		l = &bindLog{inflight: map[types.UID]lastBind{}}
+		e.binds[node] = l
+	}
+	l.inflight[b.UID] = b
+}
+
+// endBind moves a decision from in flight to done; one whose Binding definitely failed wrote
+// nothing, so no replica needs to wait for it.
+func (e *Extender) endBind(node string, uid types.UID, failed bool) {
+	e.leasesMu.Lock()
+	defer e.leasesMu.Unlock()
+	l := e.binds[node]
+	if l == nil {
+		return
+	}
+	b, ok := l.inflight[uid]
+	delete(l.inflight, uid)
+	if ok && !failed {
+		l.done = append(l.done, b)
+	}
+	if len(l.inflight) == 0 && len(l.done) == 0 {
+		delete(e.binds, node)
+	}
 }
 
 // lease returns the node's bind Lease: as this replica's last update left it, else read (or
@@ -491,44 +578,49 @@ func (e *Extender) forgetPod(ns, name string) {
 	e.leasesMu.Unlock()
 }
 
-// waitForLastBind waits until the pod informer has the pod of the node's latest bind decision
-// with its record (or knows it is gone), so that the usage read next includes it.
-func (e *Extender) waitForLastBind(ctx context.Context, lease *coordinationv1.Lease, node string) error {
-	v, ok := lease.Annotations[lastBindAnnotation]
-	if !ok {
-		return nil
-	}
-	var last lastBind
-	if err := json.Unmarshal([]byte(v), &last); err != nil {
-		return nil
-	}
-	if e.usageCache.known(node, last.UID) {
-		return nil // this replica's own decision: usage already counts it, or it failed
+// waitForBinds waits until the pod informer has every decision the node's Lease lists (the
+// pod with its record, or the pod gone or bound elsewhere), so that the usage read next includes
+// them. This replica's own decisions count already (or failed); a decision whose record never
+// shows within 5 seconds was rolled back.
+func (e *Extender) waitForBinds(ctx context.Context, lease *coordinationv1.Lease, node string) error {
+	var binds []lastBind
+	if v, ok := lease.Annotations[pendingBindsAnnotation]; ok {
+		_ = json.Unmarshal([]byte(v), &binds)
+	} else if v, ok := lease.Annotations[lastBindAnnotation]; ok {
+		var last lastBind
+		if json.Unmarshal([]byte(v), &last) == nil {
+			binds = []lastBind{last}
+		}
 	}
 	deadline := e.o.Now().Add(5 * time.Second)
-	for {
-		obj, exists, _ := e.pods.GetStore().GetByKey(last.Namespace + "/" + last.Name)
-		if !exists {
-			return nil
+	for _, b := range binds {
+		if e.usageCache.known(node, b.UID) {
+			continue
 		}
-		pod := obj.(*corev1.Pod)
-		if pod.UID != last.UID {
-			return nil
-		}
-		if r, err := allocation.RecordOf(pod); err == nil && r != nil && r.Node == node {
-			return nil
-		}
-		if pod.DeletionTimestamp != nil || (pod.Spec.NodeName != "" && pod.Spec.NodeName != node) {
-			return nil // that bind failed: the pod went away or elsewhere
-		}
-		if e.o.Now().After(deadline) {
-			// The latest decision's record never reached the cache: it was rolled back.
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		for !e.bindVisible(node, b) && e.o.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 	}
+	return nil
+}
+
+// bindVisible reports whether the informer shows how a decision ended.
+func (e *Extender) bindVisible(node string, b lastBind) bool {
+	obj, exists, _ := e.pods.GetStore().GetByKey(b.Namespace + "/" + b.Name)
+	if !exists {
+		return true
+	}
+	pod := obj.(*corev1.Pod)
+	if pod.UID != b.UID {
+		return true
+	}
+	if r, err := allocation.RecordOf(pod); err == nil && r != nil && r.Node == node {
+		return true
+	}
+	// That bind failed: the pod went away or elsewhere.
+	return pod.DeletionTimestamp != nil || (pod.Spec.NodeName != "" && pod.Spec.NodeName != node)
 }

@@ -482,7 +482,7 @@ func TestLeaseName(t *testing.T) {
 
 // TestBindAfterFailedBindDoesNotStall: a bind whose Binding create fails leaves the node's Lease
 // naming that pod as the last decision, and the pod never gets a record; the next bind to the
-// node must not wait for it (waitForLastBind's 5 s deadline, holding the node's lock).
+// node must not wait for it (waitForBinds' 5 s deadline, holding the node's lock).
 func TestBindAfterFailedBindDoesNotStall(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
 	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -518,7 +518,7 @@ func TestBindAfterFailedBindDoesNotStall(t *testing.T) {
 // TestBindSeesPodsTheIndexerHas reproduces a race in the usage cache: the pod informer updates
 // its indexer before it runs event handlers, and the cache's generation is bumped only by a
 // handler. Between the two, usage() returns the cached usage although the indexer already holds
-// a new record, and Bind (which waited for exactly that record through waitForLastBind) handed
+// a new record, and Bind (which waited for exactly that record through waitForBinds) handed
 // the same devices out again. The test stands in for the window by adding the record to the
 // indexer directly, as the informer does before it notifies handlers. Bind now derives usage
 // from the indexer itself.
@@ -545,6 +545,50 @@ func TestBindSeesPodsTheIndexerHas(t *testing.T) {
 		if d < 4 {
 			t.Errorf("bound to devices %v: device %d is held by pod other, which the indexer has", rec.Containers[0].Devices, d)
 			break
+		}
+	}
+}
+
+// TestBindsToOneNodeOverlap: the node lock covers the decision, not the Binding post, so a bind
+// to a node whose previous Binding is not posted yet decides and binds meanwhile, on other
+// devices. (decide is called directly: the fake clientset serialises its reactors, so a slow
+// Binding cannot be played with one.)
+func TestBindsToOneNodeOverlap(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	slow := createPod(t, ctx, client, testPod("slow").neuron(4).obj())
+	fast := createPod(t, ctx, client, testPod("fast").neuron(4).obj())
+	post, err := e.decide(ctx, slow.Namespace, slow.Name, slow.UID, "trn-empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Bind(ctx, fast.Namespace, fast.Name, fast.UID, "trn-empty") }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the second bind waited for the first one's Binding")
+	}
+	lease, err := client.CoordinationV1().Leases("kube-system").Get(ctx, LeaseName("trn-empty"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := lease.Annotations[pendingBindsAnnotation]; !strings.Contains(v, `"slow"`) || !strings.Contains(v, `"fast"`) {
+		t.Errorf("the Lease lists %s; other replicas must wait for the in-flight slow and for fast", v)
+	}
+	if err := post(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := allocation.RecordOf(getPod(t, ctx, client, slow.Namespace, slow.Name))
+	b, _ := allocation.RecordOf(getPod(t, ctx, client, fast.Namespace, fast.Name))
+	if a == nil || b == nil {
+		t.Fatalf("records %v %v", a, b)
+	}
+	for _, d := range a.Containers[0].Devices {
+		if slices.Contains(b.Containers[0].Devices, d) {
+			t.Fatalf("device %d given to both: %v and %v", d, a.Containers[0].Devices, b.Containers[0].Devices)
 		}
 	}
 }

@@ -78,14 +78,19 @@ func (c *usageCache) remember(node string, uid types.UID, pod string, r *allocat
 	c.gen[node]++
 }
 
-// failedBind notes a decision whose Binding failed: nothing of it will appear.
-func (c *usageCache) failedBind(uid types.UID) {
+// failedBind notes a decision whose Binding failed: nothing of it will appear, and it no
+// longer counts on the node.
+func (c *usageCache) failedBind(node string, uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.failed) > 10000 {
 		c.failed = map[types.UID]struct{}{}
 	}
 	c.failed[uid] = struct{}{}
+	if _, ok := c.recent[node][uid]; ok {
+		delete(c.recent[node], uid)
+		c.gen[node]++
+	}
 }
 
 // known reports whether uid is a decision of this replica that need not be waited for: bound
