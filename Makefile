@@ -79,6 +79,10 @@ bench: build ## Benchmark one placement decision and compare best-fit with first
 bench-scheduler: ## Scheduling throughput through the real kube-scheduler: plain, do-nothing extender, ours (BENCH_NODES, BENCH_PODS)
 	KUBE_NEURON_TOOLS_BIN="$(call TOOLS,$(KUBE_TOOLS))" $(GO) test -tags e2e -run '^$$' -bench SchedulingThroughput -benchtime 1x -timeout 30m ./test/bench/scheduler/
 
+.PHONY: bench-dra
+bench-dra: ## DRA scheduling throughput through the real kube-scheduler: claims with and without matchAttribute on our ResourceSlices (BENCH_NODES, BENCH_PODS)
+	KUBE_NEURON_TOOLS_BIN="$(call TOOLS,$(KUBE_TOOLS))" $(GO) test -tags e2e -run '^$$' -bench DRASchedulingThroughput -benchtime 1x -timeout 30m ./test/bench/dra/
+
 .PHONY: demo
 demo: build ## The main job: a lab with simulated Neuron nodes, the examples applied, what every pod got (state in .demo/)
 	@mkdir -p .demo
