@@ -383,7 +383,7 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 	}
 	reqs := allocation.PodRequests(pod)
 	if len(reqs) == 0 {
-		return func(ctx context.Context) error { return e.post(ctx, binding, node, nil) }, nil
+		return func(ctx context.Context) error { return e.post(ctx, binding, node, nil, 0) }, nil
 	}
 	containers, _, err := allocation.Plan(e.freshUsage(ctx, shape, node, pod.UID), reqs, e.o.Policy)
 	if err != nil {
@@ -417,12 +417,13 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 	e.keepLease(node, updated)
 	// From here the decision counts in this replica's usage, before its Binding is posted.
 	e.startBind(node, this)
-	e.usageCache.remember(node, uid, ns+"/"+name, rec)
-	return func(ctx context.Context) error { return e.post(ctx, binding, node, rec) }, nil
+	seq := e.usageCache.remember(node, uid, ns+"/"+name, rec)
+	return func(ctx context.Context) error { return e.post(ctx, binding, node, rec, seq) }, nil
 }
 
-// post posts the Binding of a decision made by decide and settles the decision.
-func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node string, rec *allocation.Record) error {
+// post posts the Binding of a decision made by decide (seq: its number in the usage cache) and
+// settles the decision.
+func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node string, rec *allocation.Record, seq uint64) error {
 	ns, name, uid := binding.Namespace, binding.Name, binding.UID
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(ns, name), "node", node)
 	err := e.o.Client.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
@@ -432,8 +433,8 @@ func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node strin
 	if rec != nil {
 		e.endBind(node, uid, definite)
 	}
-	if definite {
-		e.usageCache.failedBind(node, uid)
+	if definite && rec != nil {
+		e.usageCache.failedBind(node, uid, seq)
 	}
 	if err != nil {
 		if apierrors.IsConflict(err) && rec != nil {

@@ -592,3 +592,68 @@ func TestBindsToOneNodeOverlap(t *testing.T) {
 		}
 	}
 }
+
+// TestRetriedBindKeepsTheFirstDecision: the scheduler retries a bind that timed out while the
+// first is still posting; the retry's decision fails (the pod is bound by the first), and its
+// failure must not take the first decision's devices out of the usage.
+func TestRetriedBindKeepsTheFirstDecision(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	x := createPod(t, ctx, client, testPod("x").neuron(4).obj())
+	first, err := e.decide(ctx, x.Namespace, x.Name, x.UID, "trn-empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.decide(ctx, x.Namespace, x.Name, x.UID, "trn-empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := allocation.RecordOf(getPod(t, ctx, client, x.Namespace, x.Name))
+	if rec == nil {
+		t.Fatal("no record after the first bind")
+	}
+	// The fake API server binds a bound pod again; play the real one's refusal.
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "binding" {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods/binding"}, "x", errors.New("pod x is already assigned to node trn-empty"))
+		}
+		return false, nil, nil
+	})
+	if err := second(ctx); err == nil {
+		t.Fatal("the second Binding must fail")
+	}
+	// Whether or not the informer has shown x yet, its devices count.
+	_, shape, err := e.nodeShape("trn-empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := e.freshUsage(ctx, shape, "trn-empty", "")
+	hw, err := rec.Containers[0].Hardware(shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Allocate(hw); err == nil {
+		t.Fatalf("devices %v of the landed decision are free in the usage after the retry failed", rec.Containers[0].Devices)
+	}
+}
+
+func TestUsageCacheKeepsOtherDecisionsOfAPod(t *testing.T) {
+	c := newUsageCache()
+	r1 := &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "c", Resource: "aws.amazon.com/neuron", Devices: []int{0}}}}
+	r2 := &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "c", Resource: "aws.amazon.com/neuron", Devices: []int{1}}}}
+	first := c.remember("n", "uid-x", "ns/x", r1)
+	second := c.remember("n", "uid-x", "ns/x", r2)
+	c.failedBind("n", "uid-x", second)
+	if got := c.recent["n"]["uid-x"]; len(got) != 1 || got[0].seq != first {
+		t.Fatalf("after the second decision failed: %+v, want the first only", got)
+	}
+	if !c.known("n", "uid-x") {
+		t.Error("the pod's landed decision is not known")
+	}
+	c.failedBind("n", "uid-x", first)
+	if _, ok := c.recent["n"]["uid-x"]; ok {
+		t.Error("both decisions failed but one still counts")
+	}
+}

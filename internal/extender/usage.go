@@ -2,6 +2,7 @@ package extender
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,8 +22,9 @@ type usageCache struct {
 	mu     sync.Mutex
 	gen    map[string]uint64
 	cached map[string]cachedUsage
-	recent map[string]map[types.UID]recentBind // node -> pods this replica bound, not yet in the cache
-	failed map[types.UID]struct{}              // decisions of this replica whose Binding failed
+	recent map[string]map[types.UID][]recentBind // node -> decisions of this replica the cache does not show yet
+	seq    uint64
+	failed map[types.UID]struct{} // decisions of this replica whose Binding failed
 }
 
 type cachedUsage struct {
@@ -31,13 +33,17 @@ type cachedUsage struct {
 	usage *topology.Usage
 }
 
+// recentBind is one bind decision. A pod can have two at once: the scheduler retries a bind
+// that timed out while the first is still posting; only one can land, and the other's failure
+// must not take the first out of the usage.
 type recentBind struct {
+	seq    uint64
 	pod    string
 	record *allocation.Record
 }
 
 func newUsageCache() *usageCache {
-	return &usageCache{gen: map[string]uint64{}, cached: map[string]cachedUsage{}, recent: map[string]map[types.UID]recentBind{}, failed: map[types.UID]struct{}{}}
+	return &usageCache{gen: map[string]uint64{}, cached: map[string]cachedUsage{}, recent: map[string]map[types.UID][]recentBind{}, failed: map[types.UID]struct{}{}}
 }
 
 // handler bumps the generation of the nodes a pod's record names, before and after the event,
@@ -67,30 +73,36 @@ func (c *usageCache) handler() cache.ResourceEventHandler {
 	}
 }
 
-// remember records a bind of this replica until the informer shows it.
-func (c *usageCache) remember(node string, uid types.UID, pod string, r *allocation.Record) {
+// remember counts a bind decision of this replica on the node until the informer shows the pod
+// (or the decision fails), and returns the decision's number for failedBind.
+func (c *usageCache) remember(node string, uid types.UID, pod string, r *allocation.Record) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.recent[node] == nil {
-		c.recent[node] = map[types.UID]recentBind{}
+		c.recent[node] = map[types.UID][]recentBind{}
 	}
-	c.recent[node][uid] = recentBind{pod: pod, record: r}
+	c.seq++
+	c.recent[node][uid] = append(c.recent[node][uid], recentBind{seq: c.seq, pod: pod, record: r})
 	c.gen[node]++
+	return c.seq
 }
 
 // failedBind notes a decision whose Binding failed: nothing of it will appear, and it no
 // longer counts on the node.
-func (c *usageCache) failedBind(node string, uid types.UID) {
+func (c *usageCache) failedBind(node string, uid types.UID, seq uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.failed) > 10000 {
 		c.failed = map[types.UID]struct{}{}
 	}
-	c.failed[uid] = struct{}{}
-	if _, ok := c.recent[node][uid]; ok {
+	left := slices.DeleteFunc(c.recent[node][uid], func(rb recentBind) bool { return rb.seq == seq })
+	if len(left) == 0 {
 		delete(c.recent[node], uid)
-		c.gen[node]++
+		c.failed[uid] = struct{}{}
+	} else {
+		c.recent[node][uid] = left
 	}
+	c.gen[node]++
 }
 
 // known reports whether uid is a decision of this replica that need not be waited for: bound
@@ -131,9 +143,9 @@ func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node stri
 	cu, ok := c.cached[node]
 	_, exceptRecent := c.recent[node][except]
 	recent := make([]recentBind, 0, len(c.recent[node]))
-	for uid, rb := range c.recent[node] {
+	for uid, rbs := range c.recent[node] {
 		if uid != except {
-			recent = append(recent, rb)
+			recent = append(recent, rbs...)
 		}
 	}
 	c.mu.Unlock()
