@@ -1,7 +1,6 @@
 package dra
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"testing"
@@ -72,15 +71,6 @@ func testNode(t testing.TB, name, typ string, lnc int, us *neuron.UltraServer) N
 		t.Fatal(err)
 	}
 	return NodeInfo{Name: name, Type: it, Hardware: hw, LNC: shape.LNC, DriverVersion: Version}
-}
-
-func mustJSON(t testing.TB, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 func fmtSscanf(r string, lo, hi *int) (int, error) { return fmt.Sscanf(r, "%d-%d", lo, hi) }

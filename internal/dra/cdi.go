@@ -40,7 +40,7 @@ func cdiSpec(uid string, p *Plan) (*cdispec.Spec, [][]string, error) {
 	for _, k := range keys {
 		spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, k+"="+p.Env[k])
 	}
-	v, err := cdi.MinimumRequiredVersion(spec)
+	v, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
 		return nil, nil, fmt.Errorf("CDI spec of claim %s: %w", uid, err)
 	}

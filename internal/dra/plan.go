@@ -150,7 +150,7 @@ func (p *Plan) applyConfigs(info NodeInfo, configs []resourceapi.DeviceAllocatio
 	if lncSet != nil {
 		want := lncSet.neuron.LogicalNeuronCore
 		if !info.Type.LNCConfigurable {
-			//lint:ignore ST1005 the published driver's message, verbatim (seed 003)
+			// The published driver's message, verbatim (seed 003).
 			return fmt.Errorf("LNC value is not configurable for instance type %s", info.Type.Name)
 		}
 		if err := info.Type.CheckLNC(want); err != nil {
