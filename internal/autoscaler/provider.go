@@ -1,0 +1,66 @@
+package autoscaler
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Labels and annotations the autoscaler puts on the nodes it launches (on EC2 also as instance
+// tags), so that a restarted autoscaler recognises them and knows what it planned onto them.
+const (
+	// LaunchedByLabel marks a node the autoscaler launched; only such nodes are scaled down.
+	LaunchedByLabel = "kube-neuron.io/launched-by"
+	LaunchedByValue = "neuron-autoscaler"
+	// PlannedPodsAnnotation lists, comma-separated, the namespace/name of the pending pods the
+	// node was launched for; they count on it while it is launching, so a restart launches nothing
+	// twice.
+	PlannedPodsAnnotation = "kube-neuron.io/planned-pods"
+)
+
+// NodeRequest is a node to launch.
+type NodeRequest struct {
+	// Name is deterministic for a plan (NodeName), so that a launch retried after a restart or
+	// an error finds the node it already launched instead of launching another.
+	Name        string
+	Type        string // EC2 instance type
+	Mode        string // allocation mode: device-plugin or dra
+	Labels      map[string]string
+	Annotations map[string]string
+	Taints      []corev1.Taint
+}
+
+// Instance is a node a provider launched.
+type Instance struct {
+	Name       string // the Kubernetes node name it registers (or will register) as
+	ProviderID string // e.g. aws:///us-west-2a/i-0123456789abcdef0, or kube-neuron-local:///<name>
+	Type       string
+	// Launching is true until the node has registered with the cluster and is Ready.
+	Launching   bool
+	Labels      map[string]string
+	Annotations map[string]string
+}
+
+// Provider launches and removes Neuron nodes. Implementations: local (Node objects in the lab)
+// and ec2 (instances through the EC2 API).
+type Provider interface {
+	// Name is the provider's name: local or ec2.
+	Name() string
+	// Launch starts a node; launching a name that already exists returns the existing one.
+	Launch(ctx context.Context, r NodeRequest) (Instance, error)
+	// Instances lists the nodes this provider launched that are not terminated.
+	Instances(ctx context.Context) ([]Instance, error)
+	// Delete removes a node the provider launched; deleting one that is gone is not an error.
+	Delete(ctx context.Context, name string) error
+}
+
+// NodeName is the name of the node launched for a set of planned pods: neuron-<type>-<hash of
+// the pods>, a valid DNS label, the same for the same pods.
+func NodeName(instanceType string, pods []string) string {
+	h := sha256.Sum256([]byte(instanceType + "\n" + strings.Join(pods, "\n")))
+	t := strings.NewReplacer(".", "-").Replace(instanceType)
+	return "neuron-" + t + "-" + hex.EncodeToString(h[:5])
+}
