@@ -8,16 +8,20 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -96,7 +100,18 @@ type Lab struct {
 	components  map[string][]*Process // node -> its component processes
 	extender    *Process
 	extenderURL string
+	adopted     map[string]NodeSpec // nodes created through the API (LocalProviderIDPrefix) and simulated
+	stopAdopt   context.CancelFunc
+	adoptDone   chan struct{}
 }
+
+// LocalProviderIDPrefix starts the provider ID of the nodes neuron-autoscaler's local provider
+// creates (internal/autoscaler/local uses the same prefix; the autoscaler does not import the
+// lab). The lab adopts such a node: it simulates its devices and kubelet from its instance-type
+// and allocation-mode labels and runs its components, as a real node would start once launched;
+// when the Node object is deleted, the simulation stops.
+const LocalProviderIDPrefix = "kube-neuron-local:///"
+
 
 // AddNode adds a simulated node and starts the per-node components that serve its mode.
 func (l *Lab) AddNode(ctx context.Context, spec NodeSpec) (*SimNode, error) {
@@ -350,6 +365,9 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 			return fail(err)
 		}
 	}
+	adoptCtx, stopAdopt := context.WithCancel(klog.NewContext(context.Background(), logger))
+	l.stopAdopt, l.adoptDone = stopAdopt, make(chan struct{})
+	go l.adoptLoop(adoptCtx, cat)
 	for _, m := range o.Manifests {
 		if _, err := ApplyFile(ctx, cp.RESTConfig(), "kube-neuron-lab", m, metav1.NamespaceSystem); err != nil {
 			return fail(err)
@@ -362,6 +380,10 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 // Stop stops the simulated nodes' kubelets, then the control plane, and removes the sockets.
 func (l *Lab) Stop() error {
 	var err error
+	if l.stopAdopt != nil {
+		l.stopAdopt()
+		<-l.adoptDone
+	}
 	l.mu.Lock()
 	comps := l.components
 	l.components = nil
@@ -425,4 +447,98 @@ func (l *Lab) WaitForNodeResource(ctx context.Context, node string, resource cor
 		return fmt.Errorf("node %s never advertised %d %s (last seen: %s): %w", node, want, resource, last, err)
 	}
 	return nil
+}
+
+// adoptLoop simulates the nodes created through the API with LocalProviderIDPrefix, and stops
+// simulating them when their Node object is deleted.
+func (l *Lab) adoptLoop(ctx context.Context, cat *topology.Catalog) {
+	defer close(l.adoptDone)
+	logger := klog.FromContext(ctx)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		list, err := l.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		present := map[string]bool{}
+		for i := range list.Items {
+			node := &list.Items[i]
+			if !strings.HasPrefix(node.Spec.ProviderID, LocalProviderIDPrefix) || node.DeletionTimestamp != nil {
+				continue
+			}
+			present[node.Name] = true
+			if l.sim.Node(node.Name) != nil {
+				continue
+			}
+			spec, err := adoptedSpec(cat, node)
+			if err != nil {
+				logger.Error(err, "Cannot simulate a node created through the API", "node", node.Name)
+				continue
+			}
+			logger.Info("Adopting a node created through the API", "node", node.Name, "instanceType", spec.InstanceType.Name, "mode", spec.Mode)
+			if _, err := l.AddNode(ctx, spec); err != nil {
+				logger.Error(err, "Simulating an adopted node", "node", node.Name)
+				continue
+			}
+			l.mu.Lock()
+			if l.adopted == nil {
+				l.adopted = map[string]NodeSpec{}
+			}
+			l.adopted[node.Name] = spec
+			l.mu.Unlock()
+		}
+		l.mu.Lock()
+		var gone []string
+		for name := range l.adopted {
+			if !present[name] {
+				gone = append(gone, name)
+				delete(l.adopted, name)
+			}
+		}
+		l.mu.Unlock()
+		for _, name := range gone {
+			logger.Info("Adopted node deleted: stopping its simulation", "node", name)
+			for _, p := range l.Component(name) {
+				_ = l.StopComponent(name, p)
+			}
+			if err := l.sim.RemoveNode(ctx, name); err != nil && !apierrors.IsNotFound(err) {
+				logger.Error(err, "Removing an adopted node", "node", name)
+			}
+		}
+	}
+}
+
+// Adopted returns the specs of the nodes the lab adopted (see LocalProviderIDPrefix).
+func (l *Lab) Adopted() []NodeSpec {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]NodeSpec, 0, len(l.adopted))
+	for _, s := range l.adopted {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// adoptedSpec is the simulated node for a Node object: its instance type and allocation mode
+// from its labels, the type's default LNC and the default driver version.
+func adoptedSpec(cat *topology.Catalog, node *corev1.Node) (NodeSpec, error) {
+	it, err := cat.Get(node.Labels[labels.InstanceType])
+	if err != nil {
+		return NodeSpec{}, fmt.Errorf("label %s: %w", labels.InstanceType, err)
+	}
+	mode := node.Labels[labels.AllocationMode]
+	if mode == "" {
+		mode = ModeDevicePlugin
+	}
+	if mode != ModeDevicePlugin && mode != ModeDRA {
+		return NodeSpec{}, fmt.Errorf("label %s=%q: use %s or %s", labels.AllocationMode, mode, ModeDevicePlugin, ModeDRA)
+	}
+	return NodeSpec{Name: node.Name, InstanceType: it, Mode: mode, LNC: it.DefaultLNC, DriverVersion: DefaultDriverVersion}, nil
 }

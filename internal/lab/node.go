@@ -178,7 +178,19 @@ func (n *SimNode) start(ctx context.Context, pods *podWorker) error {
 	if apierrors.IsAlreadyExists(err) {
 		node, err = n.client.CoreV1().Nodes().Get(ctx, want.Name, metav1.GetOptions{})
 		if err == nil {
-			node.Labels, node.Spec.Taints = want.Labels, want.Spec.Taints
+			// A node someone else registered (neuron-autoscaler's local provider): keep its labels
+			// and annotations, add the simulator's, and take the node's taints as a kubelet
+			// registering with --register-with-taints would.
+			if node.Labels == nil {
+				node.Labels = map[string]string{}
+			}
+			for k, v := range want.Labels {
+				node.Labels[k] = v
+			}
+			node.Spec.Taints = want.Spec.Taints
+			if node.Spec.ProviderID == "" {
+				node.Spec.ProviderID = want.Spec.ProviderID
+			}
 			node, err = n.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 		}
 	}
