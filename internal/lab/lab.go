@@ -112,7 +112,6 @@ type Lab struct {
 // when the Node object is deleted, the simulation stops.
 const LocalProviderIDPrefix = "kube-neuron-local:///"
 
-
 // AddNode adds a simulated node and starts the per-node components that serve its mode.
 func (l *Lab) AddNode(ctx context.Context, spec NodeSpec) (*SimNode, error) {
 	n, err := l.sim.AddNode(ctx, spec)
