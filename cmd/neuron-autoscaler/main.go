@@ -1,0 +1,101 @@
+// Command neuron-autoscaler launches Neuron nodes for pending pods that ask for Neuron devices or
+// cores, and removes the nodes it launched once they stay empty.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/local"
+	"github.com/kube-neuron/kube-neuron/internal/flagenv"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+func main() {
+	var o autoscaler.ControllerOptions
+	var kubeconfig, provider, catalog string
+	var e struct{ region, endpoint, launchTemplate, launchTemplateVersion, clusterName string } // ec2.Options
+	var subnets []string
+	fs := pflag.NewFlagSet("neuron-autoscaler", pflag.ExitOnError)
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.StringVar(&provider, "provider", "", "where nodes are launched: local (Node objects in the lab) or ec2 (required)")
+	fs.DurationVar(&o.BatchWindow, "batch-window", 10*time.Second, "wait after the first new pending pod, so that pods created together are planned together")
+	fs.DurationVar(&o.ScaleDownAfter, "scale-down-after", 10*time.Minute, "remove a node the autoscaler launched once it has had no Neuron pod this long; 0 disables scale-down")
+	fs.IntVar(&o.MaxNodes, "max-nodes", 0, "most Neuron nodes in the cluster (launching ones included); 0 means no limit")
+	fs.IntVar(&o.MaxDevices, "max-devices", 0, "most Neuron devices in the cluster; 0 means no limit")
+	fs.StringSliceVar(&o.Families, "families", nil, "instance families the autoscaler may launch, comma-separated (e.g. trn1,inf2); empty allows all")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "only log and emit events: launch, cordon and remove nothing")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "run the loop only while holding the Lease neuron-autoscaler")
+	fs.StringVar(&o.LeaseNamespace, "namespace", "kube-system", "namespace of the leader election Lease")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", ":9466", "address of /metrics, /healthz and /readyz; empty disables them")
+	fs.StringVar(&catalog, "catalog", "", "instance catalog file applied over the built-in one")
+	fs.StringVar(&e.region, "ec2-region", "", "ec2: AWS region; empty takes it from the shared config")
+	fs.StringVar(&e.endpoint, "ec2-endpoint", "", "ec2: EC2 endpoint URL; empty uses AWS's")
+	fs.StringVar(&e.launchTemplate, "ec2-launch-template", "", "ec2: launch template id (lt-...) or name")
+	fs.StringVar(&e.launchTemplateVersion, "ec2-launch-template-version", "", "ec2: launch template version, $Latest or $Default; empty means $Latest")
+	fs.StringSliceVar(&subnets, "ec2-subnets", nil, "ec2: subnet ids, comma-separated, tried in order")
+	fs.StringVar(&e.clusterName, "ec2-cluster-name", "", "ec2: cluster name the instances are tagged with")
+	env := map[string]string{
+		"kubeconfig": "KUBECONFIG", "provider": "NEURON_AUTOSCALER_PROVIDER", "batch-window": "NEURON_AUTOSCALER_BATCH_WINDOW",
+		"scale-down-after": "NEURON_AUTOSCALER_SCALE_DOWN_AFTER", "max-nodes": "NEURON_AUTOSCALER_MAX_NODES",
+		"max-devices": "NEURON_AUTOSCALER_MAX_DEVICES", "families": "NEURON_AUTOSCALER_FAMILIES", "dry-run": "NEURON_AUTOSCALER_DRY_RUN",
+		"leader-elect": "NEURON_AUTOSCALER_LEADER_ELECT", "namespace": "POD_NAMESPACE", "metrics-address": "NEURON_METRICS_ADDRESS",
+		"catalog": "NEURON_CATALOG", "ec2-region": "AWS_REGION", "ec2-endpoint": "NEURON_EC2_ENDPOINT",
+		"ec2-launch-template": "NEURON_EC2_LAUNCH_TEMPLATE", "ec2-launch-template-version": "NEURON_EC2_LAUNCH_TEMPLATE_VERSION",
+		"ec2-subnets": "NEURON_EC2_SUBNETS", "ec2-cluster-name": "NEURON_EC2_CLUSTER_NAME",
+	}
+	flagenv.Annotate(fs, env)
+	klog.InitFlags(nil)
+	fs.AddGoFlagSet(flag.CommandLine)
+	_ = fs.Parse(os.Args[1:])
+	err := flagenv.Bind(fs, env)
+	if err == nil && provider != "local" && provider != "ec2" {
+		err = fmt.Errorf("--provider must be local or ec2, not %q", provider)
+	}
+	if err == nil && catalog != "" {
+		o.Catalog, err = topology.LoadCatalog(catalog)
+	}
+	if err == nil {
+		o.Client, err = client(kubeconfig)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	var c *autoscaler.Controller
+	if err == nil {
+		if provider == "local" {
+			o.Provider = local.New(local.Options{Client: o.Client, Catalog: o.Catalog})
+		} else { // ec2.New(ctx, ec2.Options{e..., Subnets: subnets}) once internal/autoscaler/ec2 is in the tree
+			err = fmt.Errorf("the ec2 provider is not in this build yet (region %q, subnets %v)", e.region, subnets)
+		}
+	}
+	if err == nil {
+		c, err = autoscaler.NewController(o)
+	}
+	if err == nil {
+		err = c.Run(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "neuron-autoscaler:", err)
+		os.Exit(1)
+	}
+}
+
+func client(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}

@@ -1,0 +1,948 @@
+package autoscaler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	klabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// More event reasons: FailedScaleUp on a pod (Warning), ScaleDown on a node (Normal).
+const (
+	// ReasonFailedScaleUp: the node launched for the pod could not be launched, or never
+	// registered and was deleted; the pod is planned again.
+	ReasonFailedScaleUp = "FailedScaleUp"
+	// ReasonScaleDown: an empty node the autoscaler launched is removed.
+	ReasonScaleDown = "ScaleDown"
+)
+
+// LeaseName is the leader election Lease: only its holder plans and launches.
+const LeaseName = "neuron-autoscaler"
+
+// Defaults of ControllerOptions.
+const (
+	DefaultRegisterTimeout = 15 * time.Minute
+	// eventInterval: the same event message on the same object is not repeated sooner.
+	eventInterval = 5 * time.Minute
+	// resyncInterval: a round runs at least this often (scale-down, launch timeouts, pods
+	// that stay pending).
+	resyncInterval = 30 * time.Second
+	// settleAfterReady: a node that turned Ready still counts as launching for this long, so
+	// that the scheduler has time to place the pods planned onto it before they are planned
+	// again.
+	settleAfterReady = 30 * time.Second
+)
+
+// podsByNode indexes pods by spec.nodeName.
+const podsByNode = "nodeName"
+
+// ControllerOptions configure the autoscaler's controller.
+type ControllerOptions struct {
+	Client   kubernetes.Interface
+	Provider Provider
+	// Catalog is the instance catalog; nil means topology.DefaultCatalog().
+	Catalog *topology.Catalog
+	// Policy places requests in the simulation, as the scheduler extender does; "" is best-fit.
+	Policy topology.Policy
+	// BatchWindow is how long the controller waits after the first new pending pod before it
+	// plans, so that pods created together are planned together.
+	BatchWindow time.Duration
+	// ScaleDownAfter is how long a node the autoscaler launched stays empty of Neuron pods
+	// before it is cordoned and removed; 0 disables scale-down.
+	ScaleDownAfter time.Duration
+	// MaxNodes and MaxDevices cap the Neuron nodes and devices in the cluster; 0 means no limit.
+	MaxNodes, MaxDevices int
+	// Families the autoscaler may launch; empty allows every family of the catalog.
+	Families []string
+	// DryRun only logs and emits events: nothing is launched, cordoned or removed.
+	DryRun bool
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+
+	// RegisterTimeout: a launched node that is not a Ready Node this long after its launch is
+	// deleted and its pods are planned again. 0 means DefaultRegisterTimeout.
+	RegisterTimeout time.Duration
+	// LeaderElect: only the holder of the Lease LeaseName in LeaseNamespace runs the loop.
+	LeaderElect bool
+	// LeaseNamespace holds the Lease; "" means kube-system.
+	LeaseNamespace string
+	// Identity names this replica in the Lease; "" means the hostname.
+	Identity string
+	// MetricsAddress serves /metrics, /healthz and /readyz; empty serves nothing.
+	MetricsAddress string
+}
+
+// Controller watches pending Neuron pods, launches nodes for them through a Provider and
+// removes the nodes it launched once they stay empty.
+//
+// A round starts BatchWindow after the first pending pod it has not seen (and at least every 30
+// seconds). It lists the provider's nodes first: a node counts as launching, with the pods its
+// PlannedPodsAnnotation names (and those later rounds added), until it is a Ready Node that has
+// settled (Ready for 30 seconds and, with the device plugin, advertising Neuron capacity), so a
+// round, or a restarted controller, never launches a second node for a pod. A node that does
+// not become Ready within RegisterTimeout is deleted and its pods planned again. Pods that fail
+// Check get its problems as NotTriggerScaleUp events; the others go to Plan, and every decision
+// is an event on the pod (the same message at most once in five minutes). A node the autoscaler
+// launched that holds no pod asking for Neuron devices or cores (DaemonSet and mirror pods
+// aside) and no pending pod planned onto it for ScaleDownAfter is cordoned, checked again
+// against the API server, and removed.
+type Controller struct {
+	o        ControllerOptions
+	metrics  *metrics
+	recorder record.EventRecorder
+	resync   time.Duration
+
+	pods      corelisters.PodLister
+	podIndex  cache.Indexer
+	nodes     corelisters.NodeLister
+	daemons   appslisters.DaemonSetLister
+	claims    resourcelisters.ResourceClaimLister
+	templates resourcelisters.ResourceClaimTemplateLister
+
+	kick chan struct{}
+	mu   sync.Mutex
+	seen map[types.UID]bool // pending Neuron pods that have started a batch
+
+	// Only the work loop touches these.
+	tracked    map[string]*tracked  // launching nodes by name
+	registered map[string]bool      // nodes that have registered: never launching again
+	retired    map[string]bool      // names of nodes this controller deleted
+	emptySince map[string]time.Time // launched nodes without Neuron pods, since when
+	emitted    map[string]time.Time // event key -> when it was last emitted
+
+	leading, synced atomic.Bool
+}
+
+// tracked is a launching node as this controller knows it.
+type tracked struct {
+	since time.Time // launched, or first seen launching
+	// launched is what this controller launched: it counts even while the provider does not
+	// list it yet (EC2's eventual consistency).
+	launched *Instance
+	added    []string // pods later rounds planned onto it (not in its annotation)
+}
+
+// NewController checks the options and returns a controller; Run starts it.
+func NewController(o ControllerOptions) (*Controller, error) {
+	if o.Client == nil || o.Provider == nil {
+		return nil, errors.New("the autoscaler needs a Kubernetes client and a provider")
+	}
+	if o.Catalog == nil {
+		o.Catalog = topology.DefaultCatalog()
+	}
+	if o.BatchWindow < 0 || o.ScaleDownAfter < 0 || o.RegisterTimeout < 0 || o.MaxNodes < 0 || o.MaxDevices < 0 {
+		return nil, errors.New("the batch window, scale-down delay, register timeout, max nodes and max devices must not be negative")
+	}
+	known := families(o.Catalog.Types())
+	for _, f := range o.Families {
+		if !slices.Contains(known, f) {
+			return nil, fmt.Errorf("family %q is not in the instance catalog (families: %s). Allow only families the catalog has", f, strings.Join(known, ", "))
+		}
+	}
+	if o.RegisterTimeout == 0 {
+		o.RegisterTimeout = DefaultRegisterTimeout
+	}
+	if o.LeaseNamespace == "" {
+		o.LeaseNamespace = metav1.NamespaceSystem
+	}
+	if o.Identity == "" {
+		o.Identity, _ = os.Hostname()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Controller{
+		o: o, metrics: newMetrics(), resync: resyncInterval, kick: make(chan struct{}, 1), seen: map[types.UID]bool{},
+		tracked: map[string]*tracked{}, registered: map[string]bool{}, retired: map[string]bool{}, emptySince: map[string]time.Time{}, emitted: map[string]time.Time{},
+	}, nil
+}
+
+// Handler serves /metrics, /healthz and /readyz. A replica that waits for the Lease is ready; the
+// leader once its caches have synced.
+func (c *Controller) Handler() http.Handler {
+	return c.metrics.handler(func() bool { return !c.leading.Load() || c.synced.Load() })
+}
+
+// Run serves the metrics and, as the leader when LeaderElect is set, runs the loop until ctx
+// ends. Losing the Lease is an error: the process should exit and rejoin the election.
+func (c *Controller) Run(ctx context.Context) error {
+	if c.o.MetricsAddress != "" {
+		if err := c.serve(ctx); err != nil {
+			return err
+		}
+	}
+	if !c.o.LeaderElect {
+		c.leading.Store(true)
+		return c.run(ctx)
+	}
+	return c.runElected(ctx)
+}
+
+func (c *Controller) serve(ctx context.Context) error {
+	lis, err := net.Listen("tcp", c.o.MetricsAddress)
+	if err != nil {
+		return fmt.Errorf("listening on %s for the metrics: %w", c.o.MetricsAddress, err)
+	}
+	srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Serving the metrics failed")
+		}
+	}()
+	return nil
+}
+
+func (c *Controller) runElected(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.o.LeaseNamespace, Name: LeaseName},
+		Client:     c.o.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.o.Identity},
+	}
+	var (
+		mu               sync.Mutex
+		running, stopped bool
+		runErr           error
+		done             = make(chan struct{})
+	)
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, Name: LeaseName, ReleaseOnCancel: true,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leCtx context.Context) {
+				mu.Lock()
+				if stopped {
+					mu.Unlock()
+					return
+				}
+				running = true
+				mu.Unlock()
+				defer close(done)
+				logger.Info("Leading", "lease", klog.KRef(c.o.LeaseNamespace, LeaseName), "identity", c.o.Identity)
+				c.leading.Store(true)
+				if err := c.run(leCtx); err != nil {
+					runErr = err
+					cancel()
+				}
+			},
+			OnStoppedLeading: func() { c.leading.Store(false) },
+			OnNewLeader: func(id string) {
+				if id != c.o.Identity {
+					logger.Info("Another replica leads", "lease", klog.KRef(c.o.LeaseNamespace, LeaseName), "leader", id)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	le.Run(ctx)
+	mu.Lock()
+	stopped = true
+	wasRunning := running
+	mu.Unlock()
+	if wasRunning {
+		<-done
+	}
+	switch {
+	case runErr != nil:
+		return runErr
+	case ctx.Err() != nil:
+		return nil
+	}
+	return fmt.Errorf("lost the Lease %s/%s: exiting so that a new process rejoins the election", c.o.LeaseNamespace, LeaseName)
+}
+
+// run starts the informers and runs the work loop until ctx ends.
+func (c *Controller) run(ctx context.Context) error {
+	factory, err := c.start(ctx)
+	if factory != nil {
+		defer factory.Shutdown()
+	}
+	if err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Autoscaler running", "provider", c.o.Provider.Name(), "batchWindow", c.o.BatchWindow, "scaleDownAfter", c.o.ScaleDownAfter,
+		"maxNodes", c.o.MaxNodes, "maxDevices", c.o.MaxDevices, "families", c.o.Families, "dryRun", c.o.DryRun)
+	ticker := time.NewTicker(c.resync)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		case <-c.kick:
+			// The batch: wait for the pods created together with the first one.
+			timer := time.NewTimer(c.o.BatchWindow)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return nil
+			case <-timer.C:
+			}
+		}
+		select {
+		case <-c.kick:
+		default:
+		}
+		if err := c.reconcile(ctx); err != nil {
+			logger.Error(err, "Autoscaler round failed; retrying at the next one")
+		}
+	}
+}
+
+// start runs the informers and returns once their caches have synced.
+func (c *Controller) start(ctx context.Context) (informers.SharedInformerFactory, error) {
+	factory := informers.NewSharedInformerFactory(c.o.Client, 0)
+	podInformer := factory.Core().V1().Pods().Informer()
+	if err := podInformer.AddIndexers(cache.Indexers{podsByNode: func(obj any) ([]string, error) {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
+			return []string{pod.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.podChanged,
+		UpdateFunc: func(_, obj any) { c.podChanged(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	c.pods, c.podIndex = factory.Core().V1().Pods().Lister(), podInformer.GetIndexer()
+	c.nodes = factory.Core().V1().Nodes().Lister()
+	c.daemons = factory.Apps().V1().DaemonSets().Lister()
+	c.claims = factory.Resource().V1().ResourceClaims().Lister()
+	c.templates = factory.Resource().V1().ResourceClaimTemplates().Lister()
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return factory, fmt.Errorf("the %v cache did not sync: check the autoscaler's RBAC (pods, nodes, daemonsets, resourceclaims and resourceclaimtemplates: list and watch)", typ)
+		}
+	}
+	if c.recorder == nil {
+		bcast := record.NewBroadcaster(record.WithContext(ctx))
+		bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.o.Client.CoreV1().Events("")})
+		go func() {
+			<-ctx.Done()
+			bcast.Shutdown()
+		}()
+		c.recorder = bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "neuron-autoscaler"})
+	}
+	c.synced.Store(true)
+	return factory, nil
+}
+
+// podChanged starts a batch for a pending Neuron pod not seen before.
+func (c *Controller) podChanged(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || !WaitingForScaleUp(pod) || (len(allocation.PodRequests(pod)) == 0 && len(pod.Spec.ResourceClaims) == 0) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[pod.UID] {
+		return
+	}
+	c.seen[pod.UID] = true
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reconcile is one round: the provider's instances first (what is launching, and for which
+// pods), then the scale-up for the pending pods, then the scale-down.
+func (c *Controller) reconcile(ctx context.Context) error {
+	now := c.o.Now()
+	for k, at := range c.emitted {
+		if now.Sub(at) >= eventInterval {
+			delete(c.emitted, k)
+		}
+	}
+	nodeList, err := c.nodes.List(klabels.Everything())
+	if err != nil {
+		return err
+	}
+	nodes := make(map[string]*corev1.Node, len(nodeList))
+	for _, n := range nodeList {
+		nodes[n.Name] = n
+	}
+	pending := c.pending(ctx)
+	byKey := make(map[string]PodDemand, len(pending))
+	for _, d := range pending {
+		byKey[d.Key()] = d
+	}
+	insts, err := c.instances(ctx, now)
+	if err != nil {
+		c.metrics.pending.Set(float64(len(pending)))
+		return fmt.Errorf("listing the %s provider's nodes (nothing is launched or removed without them): %w", c.o.Provider.Name(), err)
+	}
+	launching, planned := c.launching(ctx, insts, nodes, byKey, now)
+	taken := map[string]bool{}
+	for _, in := range insts {
+		taken[in.Name] = true
+	}
+	for name := range nodes {
+		taken[name] = true
+	}
+	c.scaleUp(ctx, pending, launching, nodeList, taken, now)
+	c.scaleDown(ctx, nodeList, planned, byKey, now)
+	return nil
+}
+
+// pending returns the pods waiting for a scale-up that ask for Neuron hardware, by key.
+func (c *Controller) pending(ctx context.Context) []PodDemand {
+	logger := klog.FromContext(ctx)
+	pods, _ := c.pods.List(klabels.Everything())
+	var out []PodDemand
+	waiting := map[types.UID]bool{}
+	for _, pod := range pods {
+		if !WaitingForScaleUp(pod) {
+			continue
+		}
+		dra, unresolved := c.draRequests(pod)
+		if unresolved != "" {
+			logger.V(5).Info("Pod's claim not found; its other requests only", "pod", klog.KObj(pod), "claim", unresolved)
+		}
+		waiting[pod.UID] = true
+		if d := NewPodDemand(pod, dra); d.Neuron() {
+			out = append(out, d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
+	c.mu.Lock()
+	for uid := range c.seen {
+		if !waiting[uid] {
+			delete(c.seen, uid)
+		}
+	}
+	c.mu.Unlock()
+	return out
+}
+
+// draRequests resolves the pod's ResourceClaims (the claim generated for a template when the
+// pod's status names it, else the template) into Neuron requests; unresolved names a claim or
+// template that is not in the cache.
+func (c *Controller) draRequests(pod *corev1.Pod) (out []DRARequest, unresolved string) {
+	for _, rc := range pod.Spec.ResourceClaims {
+		claimName := rc.ResourceClaimName
+		for _, st := range pod.Status.ResourceClaimStatuses {
+			if claimName == nil && st.Name == rc.Name {
+				claimName = st.ResourceClaimName
+			}
+		}
+		var spec *resourcev1.ResourceClaimSpec
+		if claimName != nil {
+			if claim, err := c.claims.ResourceClaims(pod.Namespace).Get(*claimName); err == nil {
+				spec = &claim.Spec
+			}
+		}
+		if spec == nil && rc.ResourceClaimTemplateName != nil {
+			if t, err := c.templates.ResourceClaimTemplates(pod.Namespace).Get(*rc.ResourceClaimTemplateName); err == nil {
+				spec = &t.Spec.Spec
+			}
+		}
+		switch {
+		case spec != nil:
+			out = append(out, DRARequestsOf(*spec)...)
+		case rc.ResourceClaimTemplateName != nil:
+			unresolved = *rc.ResourceClaimTemplateName
+		case claimName != nil:
+			unresolved = *claimName
+		}
+	}
+	return out, unresolved
+}
+
+// instances lists the provider's nodes, adds those this controller launched that the provider
+// does not list yet, and leaves out those it deleted.
+func (c *Controller) instances(ctx context.Context, now time.Time) ([]Instance, error) {
+	listed, err := c.o.Provider.Instances(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Instance
+	names := map[string]bool{}
+	for _, in := range listed {
+		if c.retired[in.Name] {
+			continue
+		}
+		names[in.Name] = true
+		out = append(out, in)
+	}
+	for name, t := range c.tracked {
+		switch {
+		case names[name]:
+		case t.launched != nil && now.Sub(t.since) < c.o.RegisterTimeout:
+			out = append(out, *t.launched)
+		default:
+			delete(c.tracked, name)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// launching returns the launching nodes with the pending pods planned onto them, after deleting
+// those that did not register in time; planned lists, for every instance, the pods planned onto it.
+func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[string]*corev1.Node, pending map[string]PodDemand, now time.Time) ([]NodeOption, map[string][]string) {
+	var out []NodeOption
+	planned := map[string][]string{}
+	listed := map[string]bool{}
+	for _, in := range insts {
+		listed[in.Name] = true
+	}
+	for name := range c.registered {
+		if !listed[name] {
+			delete(c.registered, name)
+		}
+	}
+	for _, in := range insts {
+		t := c.tracked[in.Name]
+		pods := plannedPods(in)
+		if t != nil {
+			for _, k := range t.added {
+				if !slices.Contains(pods, k) {
+					pods = append(pods, k)
+				}
+			}
+		}
+		planned[in.Name] = pods
+		node := nodes[in.Name]
+		if c.registered[in.Name] || (!in.Launching && c.settled(node, now)) || (node != nil && !c.empty(c.podsOn(node.Name), nil, nil)) {
+			// Registered: it stays so when it turns NotReady later (never deleted for it).
+			c.registered[in.Name] = true
+			delete(c.tracked, in.Name)
+			continue
+		}
+		if t == nil {
+			t = &tracked{since: now}
+			c.tracked[in.Name] = t
+		}
+		if (node == nil || !nodeReady(node)) && now.Sub(t.since) >= c.o.RegisterTimeout && c.timeout(ctx, in, node, pods, pending) {
+			delete(planned, in.Name)
+			continue
+		}
+		opt := NodeOption{Name: in.Name, InstanceType: in.Type, Mode: in.Labels[labels.AllocationMode]}
+		if opt.InstanceType == "" {
+			opt.InstanceType = in.Labels[labels.InstanceType]
+		}
+		for _, k := range pods {
+			if d, ok := pending[k]; ok {
+				opt.Pods = append(opt.Pods, d)
+			}
+		}
+		out = append(out, opt)
+	}
+	return out, planned
+}
+
+func plannedPods(in Instance) []string {
+	var out []string
+	for _, k := range strings.Split(in.Annotations[PlannedPodsAnnotation], ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// settled reports whether a node takes pods: Ready for a little while and, on a device plugin
+// node, advertising Neuron capacity (or Ready for the register timeout whatever it advertises).
+func (c *Controller) settled(node *corev1.Node, now time.Time) bool {
+	if node == nil || !nodeReady(node) {
+		return false
+	}
+	since := readySince(node)
+	if now.Sub(since) < settleAfterReady {
+		return false
+	}
+	if node.Labels[labels.AllocationMode] == labels.AllocationModeDRA || now.Sub(since) >= c.o.RegisterTimeout {
+		return true
+	}
+	for _, r := range topology.Resources {
+		if q, ok := node.Status.Allocatable[corev1.ResourceName(r)]; ok && !q.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func readySince(node *corev1.Node) time.Time {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// timeout deletes a node that did not register in time and tells its pending pods; it reports
+// whether the node is gone (in dry run, or when the delete fails, it stays launching).
+func (c *Controller) timeout(ctx context.Context, in Instance, node *corev1.Node, pods []string, pending map[string]PodDemand) bool {
+	logger := klog.FromContext(ctx).WithValues("node", in.Name, "instanceType", in.Type)
+	if c.o.DryRun {
+		for _, k := range pods {
+			if d, ok := pending[k]; ok {
+				c.event(ctx, d.Pod, corev1.EventTypeWarning, ReasonFailedScaleUp, fmt.Sprintf("dry run: node %s (%s) did not become Ready within %s: would delete it and plan the pod again", in.Name, in.Type, c.o.RegisterTimeout))
+			}
+		}
+		return false
+	}
+	logger.Info("Node did not become Ready in time; deleting it and planning its pods again", "timeout", c.o.RegisterTimeout)
+	if err := c.o.Provider.Delete(ctx, in.Name); err != nil {
+		logger.Error(err, "Deleting a node that did not register failed; retrying at the next round")
+		return false
+	}
+	if node != nil {
+		if err := c.o.Client.CoreV1().Nodes().Delete(ctx, in.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			logger.Error(err, "Deleting the Node object failed")
+		}
+	}
+	c.retired[in.Name] = true
+	delete(c.tracked, in.Name)
+	c.metrics.removed.Inc()
+	for _, k := range pods {
+		if d, ok := pending[k]; ok {
+			c.metrics.decisions.WithLabelValues(ReasonFailedScaleUp).Inc()
+			c.event(ctx, d.Pod, corev1.EventTypeWarning, ReasonFailedScaleUp, fmt.Sprintf("node %s (%s) launched for the pod did not become Ready within %s: "+
+				"it was deleted and the pod is planned again. Check the provider (instance console output, kubelet logs)", in.Name, in.Type, c.o.RegisterTimeout))
+		}
+	}
+	return true
+}
+
+// scaleUp checks the pending pods, plans and launches.
+func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching []NodeOption, nodes []*corev1.Node, taken map[string]bool, now time.Time) {
+	logger := klog.FromContext(ctx)
+	start := time.Now()
+	defer func() { c.metrics.duration.Observe(time.Since(start).Seconds()) }()
+	c.metrics.pending.Set(float64(len(pending)))
+	if len(pending) == 0 {
+		return
+	}
+	env := Environment{Catalog: c.o.Catalog}
+	daemons, _ := c.daemons.List(klabels.Everything())
+	for _, ds := range daemons {
+		env.DevicePlugin = env.DevicePlugin || IsDevicePluginDaemonSet(ds)
+		env.DRADriver = env.DRADriver || IsDRADriverDaemonSet(ds)
+	}
+	var ok []PodDemand
+	for _, d := range pending {
+		problems := Check(d, env)
+		if len(problems) == 0 {
+			ok = append(ok, d)
+			continue
+		}
+		c.metrics.decisions.WithLabelValues(ReasonNotTriggerScaleUp).Inc()
+		for _, p := range problems {
+			c.event(ctx, d.Pod, corev1.EventTypeWarning, p.Reason, p.Message)
+		}
+	}
+	if len(ok) == 0 {
+		return
+	}
+	isLaunching := map[string]bool{}
+	for _, l := range launching {
+		isLaunching[l.Name] = true
+	}
+	var existing Capacity
+	for _, n := range nodes {
+		if t, found := c.o.Catalog.Lookup(n.Labels[labels.InstanceType]); found && !isLaunching[n.Name] {
+			existing.Nodes++
+			existing.Devices += t.Devices
+		}
+	}
+	plan, decisions := Plan(ok, launching, Options{
+		Catalog: c.o.Catalog, Policy: c.o.Policy, Families: c.o.Families, MaxNodes: c.o.MaxNodes, MaxDevices: c.o.MaxDevices, Existing: existing,
+	})
+	// Launch the new nodes; failed[k] says why node k was not launched.
+	names := make([]string, len(plan.Nodes))
+	failed := make([]error, len(plan.Nodes))
+	for k, n := range plan.Nodes {
+		pods := make([]string, len(n.Pods))
+		for i, p := range n.Pods {
+			pods[i] = p.Pod
+		}
+		sort.Strings(pods)
+		if n.Launching {
+			names[k] = n.Name
+			if t := c.tracked[n.Name]; t != nil && !c.o.DryRun {
+				for _, p := range pods {
+					if !slices.Contains(t.added, p) {
+						t.added = append(t.added, p)
+					}
+				}
+			}
+			continue
+		}
+		names[k] = c.nodeName(n.InstanceType.Name, pods, taken)
+		taken[names[k]] = true
+		if c.o.DryRun {
+			logger.Info("Dry run: would launch a node", "node", names[k], "instanceType", n.InstanceType.Name, "mode", n.Mode, "pods", pods)
+			continue
+		}
+		failed[k] = c.launch(ctx, names[k], n, pods, now)
+	}
+	for i, dec := range decisions {
+		pod := ok[i].Pod
+		if dec.Node >= 0 && failed[dec.Node] != nil {
+			n := plan.Nodes[dec.Node]
+			c.metrics.decisions.WithLabelValues(ReasonFailedScaleUp).Inc()
+			c.event(ctx, pod, corev1.EventTypeWarning, ReasonFailedScaleUp, fmt.Sprintf("launching a %s node (%s) for the pod failed: %v. It is tried again at the next round",
+				n.InstanceType.Name, names[dec.Node], failed[dec.Node]))
+			continue
+		}
+		c.metrics.decisions.WithLabelValues(dec.Reason).Inc()
+		eventType, msg := corev1.EventTypeNormal, dec.Message
+		switch {
+		case dec.Warning():
+			eventType = corev1.EventTypeWarning
+		case dec.Node >= 0 && !dec.Launching && c.o.DryRun:
+			msg = fmt.Sprintf("dry run: would launch node %s for the pod: %s", names[dec.Node], dec.Message)
+		case dec.Node >= 0 && !dec.Launching:
+			msg = fmt.Sprintf("%s: node %s", dec.Message, names[dec.Node])
+		}
+		c.event(ctx, pod, eventType, dec.Reason, msg)
+	}
+}
+
+// nodeName is NodeName, with an attempt number when that name is taken: a node of the same
+// name exists, is launching, or was deleted by this controller (EC2 may still list it).
+func (c *Controller) nodeName(instanceType string, pods []string, taken map[string]bool) string {
+	name := NodeName(instanceType, pods)
+	for i := 1; taken[name] || c.retired[name]; i++ {
+		name = NodeName(instanceType, append(slices.Clone(pods), fmt.Sprintf("attempt-%d", i)))
+	}
+	return name
+}
+
+// launch launches one planned node.
+func (c *Controller) launch(ctx context.Context, name string, n NodePlan, pods []string, now time.Time) error {
+	lbls := n.Labels()
+	lbls[LaunchedByLabel] = LaunchedByValue
+	req := NodeRequest{
+		Name: name, Type: n.InstanceType.Name, Mode: n.Mode, Labels: lbls,
+		Annotations: map[string]string{PlannedPodsAnnotation: strings.Join(pods, ",")},
+		Taints:      []corev1.Taint{NeuronTaint()},
+	}
+	in, err := c.o.Provider.Launch(ctx, req)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Launching a node failed", "node", name, "instanceType", req.Type)
+		return err
+	}
+	if in.Name == "" {
+		in.Name = name
+	}
+	if in.Type == "" {
+		in.Type = req.Type
+	}
+	if in.Labels == nil {
+		in.Labels = req.Labels
+	}
+	if in.Annotations == nil {
+		in.Annotations = req.Annotations
+	}
+	in.Launching = true
+	c.tracked[in.Name] = &tracked{since: now, launched: &in}
+	c.metrics.launched.WithLabelValues(req.Type).Inc()
+	klog.FromContext(ctx).Info("Launched a node", "node", in.Name, "instanceType", req.Type, "mode", req.Mode, "providerID", in.ProviderID, "pods", pods)
+	return nil
+}
+
+// scaleDown removes the launched nodes that stayed empty of Neuron pods for ScaleDownAfter.
+func (c *Controller) scaleDown(ctx context.Context, nodes []*corev1.Node, planned map[string][]string, pending map[string]PodDemand, now time.Time) {
+	if c.o.ScaleDownAfter <= 0 {
+		return
+	}
+	present := map[string]bool{}
+	for _, node := range nodes {
+		present[node.Name] = true
+		if node.Labels[LaunchedByLabel] != LaunchedByValue || !nodeReady(node) || node.DeletionTimestamp != nil {
+			delete(c.emptySince, node.Name)
+			continue
+		}
+		if !c.empty(c.podsOn(node.Name), planned[node.Name], pending) {
+			delete(c.emptySince, node.Name)
+			continue
+		}
+		since, ok := c.emptySince[node.Name]
+		if !ok {
+			c.emptySince[node.Name] = now
+			continue
+		}
+		if now.Sub(since) >= c.o.ScaleDownAfter {
+			c.remove(ctx, node, planned[node.Name], pending, now.Sub(since))
+		}
+	}
+	for name := range c.emptySince {
+		if !present[name] {
+			delete(c.emptySince, name)
+		}
+	}
+}
+
+// podsOn returns the pods bound to a node, from the cache.
+func (c *Controller) podsOn(node string) []*corev1.Pod {
+	objs, _ := c.podIndex.ByIndex(podsByNode, node)
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// empty reports whether none of the pods on a node asks for Neuron hardware (DaemonSet and
+// mirror pods, and terminated pods, aside) and none of the pods planned onto it is still pending.
+func (c *Controller) empty(pods []*corev1.Pod, planned []string, pending map[string]PodDemand) bool {
+	for _, k := range planned {
+		if _, ok := pending[k]; ok {
+			return false
+		}
+	}
+	for _, pod := range pods {
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+			continue
+		}
+		if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "DaemonSet" {
+			continue
+		}
+		if len(allocation.PodRequests(pod)) > 0 {
+			return false
+		}
+		// A claim that cannot be resolved counts as Neuron: never remove a node in doubt.
+		if dra, unresolved := c.draRequests(pod); len(dra) > 0 || unresolved != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// remove cordons an empty node, checks again with the API server that it holds no Neuron pod,
+// and deletes it.
+func (c *Controller) remove(ctx context.Context, node *corev1.Node, planned []string, pending map[string]PodDemand, emptyFor time.Duration) {
+	logger := klog.FromContext(ctx).WithValues("node", node.Name, "instanceType", node.Labels[labels.InstanceType])
+	if c.o.DryRun {
+		logger.Info("Dry run: would remove an empty node", "emptyFor", emptyFor)
+		c.event(ctx, node, corev1.EventTypeNormal, ReasonScaleDown, fmt.Sprintf("dry run: would remove node %s: no Neuron pod for %s", node.Name, c.o.ScaleDownAfter))
+		return
+	}
+	nodes := c.o.Client.CoreV1().Nodes()
+	cordoned := false
+	if !node.Spec.Unschedulable {
+		if _, err := nodes.Patch(ctx, node.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+			logger.Error(err, "Cordoning an empty node failed; retrying at the next round")
+			return
+		}
+		cordoned = true
+	}
+	list, err := c.o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node.Name).String()})
+	var onNode []*corev1.Pod
+	if err == nil {
+		for i := range list.Items {
+			if list.Items[i].Spec.NodeName == node.Name {
+				onNode = append(onNode, &list.Items[i])
+			}
+		}
+	}
+	if err != nil || !c.empty(onNode, planned, pending) {
+		if err != nil {
+			logger.Error(err, "Listing the node's pods after cordoning it failed; keeping the node")
+		} else {
+			logger.V(2).Info("A Neuron pod arrived while the node was cordoned; keeping it")
+		}
+		delete(c.emptySince, node.Name)
+		if cordoned {
+			if _, err := nodes.Patch(ctx, node.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{}); err != nil {
+				logger.Error(err, "Uncordoning the node failed")
+			}
+		}
+		return
+	}
+	if err := c.o.Provider.Delete(ctx, node.Name); err != nil {
+		logger.Error(err, "Removing an empty node failed; it stays cordoned and is retried at the next round")
+		return
+	}
+	if err := nodes.Delete(ctx, node.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		logger.Error(err, "Deleting the Node object failed; the provider removed the node")
+	}
+	c.retired[node.Name] = true
+	delete(c.emptySince, node.Name)
+	delete(c.tracked, node.Name)
+	c.metrics.removed.Inc()
+	logger.Info("Removed an empty node", "emptyFor", emptyFor)
+	c.event(ctx, node, corev1.EventTypeNormal, ReasonScaleDown, fmt.Sprintf("node %s had no Neuron pod for %s: cordoned and removed", node.Name, c.o.ScaleDownAfter))
+}
+
+// event records an event unless the same one was recorded on the object in the last
+// eventInterval.
+func (c *Controller) event(ctx context.Context, obj runtime.Object, eventType, reason, msg string) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	key := string(m.GetUID()) + "/" + m.GetNamespace() + "/" + m.GetName() + "\x00" + reason + "\x00" + msg
+	if _, ok := c.emitted[key]; ok {
+		return
+	}
+	c.emitted[key] = c.o.Now()
+	klog.FromContext(ctx).V(2).Info("Event", "object", klog.KObj(m), "type", eventType, "reason", reason, "message", msg)
+	c.recorder.Event(obj, eventType, reason, msg)
+}

@@ -1,0 +1,61 @@
+package autoscaler
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	registry  *prometheus.Registry
+	pending   prometheus.Gauge
+	decisions *prometheus.CounterVec
+	launched  *prometheus.CounterVec
+	removed   prometheus.Counter
+	duration  prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "neuron_autoscaler_pending_pods",
+			Help: "Pending pods that ask for Neuron devices or cores and that the scheduler marked unschedulable, at the last planning round.",
+		}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "neuron_autoscaler_decisions_total",
+			Help: "Decisions on pending Neuron pods, one per pod and planning round, by reason (TriggeredScaleUp, NotTriggerScaleUp, FailedScaleUp).",
+		}, []string{"reason"}),
+		launched: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "neuron_autoscaler_nodes_launched_total",
+			Help: "Neuron nodes launched, by instance type.",
+		}, []string{"instance_type"}),
+		removed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "neuron_autoscaler_nodes_removed_total",
+			Help: "Neuron nodes removed: empty for the scale-down delay, or never registered.",
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "neuron_autoscaler_decision_duration_seconds",
+			Help:    "Time of one planning round: checks, plan and launches.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+	}
+	m.registry.MustRegister(m.pending, m.decisions, m.launched, m.removed, m.duration)
+	return m
+}
+
+// handler serves /metrics, /healthz and /readyz.
+func (m *metrics) handler(ready func() bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready: the leader's informer caches have not synced yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return mux
+}
