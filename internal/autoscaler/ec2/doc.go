@@ -1,0 +1,103 @@
+// Package ec2 is neuron-autoscaler's ec2 provider (issue 7): it launches Neuron nodes as EC2
+// instances with aws-sdk-go-v2 from one launch template into the first of a list of subnets that
+// has capacity, lists the instances it launched, and terminates them.
+//
+// # Idempotency
+//
+// A launch survives a restart of the autoscaler, and an error after EC2 accepted it, without
+// launching twice. Launch first looks for a pending or running instance tagged
+// kube-neuron.io/node-name=<the request's name> (names are deterministic per plan, see
+// autoscaler.NodeName). Since DescribeInstances is eventually consistent, RunInstances also
+// carries ClientToken=<name>: EC2 returns the instance the token already launched instead of
+// launching another. The token is the same in every subnet, so a retry in a subnet other than
+// the one the token launched into fails with IdempotentParameterMismatch; Launch then finds that
+// instance by its client token. EC2 keeps a token for at least 24 hours after its instance
+// terminated and keeps returning that instance; when RunInstances returns a terminated instance
+// (the same pods planned again after their node went away), Launch launches with the token
+// <name>-<that instance's id>, a chain a restarted autoscaler walks the same way.
+//
+// # Tags
+//
+// Every instance carries: Name and kube-neuron.io/node-name = the request's name;
+// kube-neuron.io/launched-by=neuron-autoscaler; kubernetes.io/cluster/<cluster>=owned when a
+// cluster name is set; kube-neuron.io/allocation-mode=<mode>; kube-neuron.io/planned-pods (and,
+// when the list is longer than a tag value's 256 characters, kube-neuron.io/planned-pods-2 ...
+// -8: the value split in order; a list longer than 2048 characters keeps only its first whole
+// pod names there, while the Node's annotation, which the controller sets, keeps all of them);
+// and the cluster-autoscaler/Karpenter node-template convention,
+// k8s.io/cluster-autoscaler/node-template/label/<key>=<value> per label and
+// k8s.io/cluster-autoscaler/node-template/taint/<key>=<value>:<effect> per taint. Volumes carry
+// Name, node-name, launched-by and the cluster tag. Instances and Delete only ever see instances
+// tagged launched-by (and with the cluster tag, when set).
+//
+// # Launch template
+//
+// Tags are not node labels. The launch template's user data joins the node to the cluster and
+// must register it with the Neuron taint and the labels the autoscaler planned it with: on
+// AL2023, a nodeadm NodeConfig with spec.kubelet.flags [--node-labels=...,
+// --register-with-taints=aws.amazon.com/neuron=true:NoSchedule]; on AL2, bootstrap.sh
+// --kubelet-extra-args with the same flags. Labels that differ per node
+// (kube-neuron.io/allocation-mode) need one launch template per allocation mode or the
+// controller labelling the Node when it registers. The node registers under the instance's
+// private DNS name (ip-10-0-0-1.us-west-2.compute.internal, or i-0123....compute.internal with
+// resource-name hostnames), which is Instance.Name; a launch template that overrides the
+// kubelet's hostname breaks that.
+//
+// # IAM policy
+//
+// The autoscaler's role (IRSA or EKS Pod Identity; the SDK's default credential chain finds
+// either) needs this policy. Replace the account and role in the PassRole statement with the
+// role of the launch template's instance profile; in other partitions, arn:aws becomes
+// arn:aws-cn or arn:aws-us-gov. A launch template whose volumes use a customer-managed KMS key
+// also needs kms:CreateGrant and kms:GenerateDataKeyWithoutPlaintext on that key.
+//
+//	{
+//	  "Version": "2012-10-17",
+//	  "Statement": [
+//	    {
+//	      "Sid": "Launch",
+//	      "Effect": "Allow",
+//	      "Action": "ec2:RunInstances",
+//	      "Resource": "*"
+//	    },
+//	    {
+//	      "Sid": "TagOnLaunch",
+//	      "Effect": "Allow",
+//	      "Action": "ec2:CreateTags",
+//	      "Resource": ["arn:aws:ec2:*:*:instance/*", "arn:aws:ec2:*:*:volume/*"],
+//	      "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}}
+//	    },
+//	    {
+//	      "Sid": "Describe",
+//	      "Effect": "Allow",
+//	      "Action": "ec2:DescribeInstances",
+//	      "Resource": "*"
+//	    },
+//	    {
+//	      "Sid": "TerminateOwn",
+//	      "Effect": "Allow",
+//	      "Action": "ec2:TerminateInstances",
+//	      "Resource": "arn:aws:ec2:*:*:instance/*",
+//	      "Condition": {"StringEquals": {"aws:ResourceTag/kube-neuron.io/launched-by": "neuron-autoscaler"}}
+//	    },
+//	    {
+//	      "Sid": "PassNodeRole",
+//	      "Effect": "Allow",
+//	      "Action": "iam:PassRole",
+//	      "Resource": "arn:aws:iam::111122223333:role/<node role of the launch template's instance profile>",
+//	      "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+//	    }
+//	  ]
+//	}
+//
+// # Errors
+//
+// InsufficientInstanceCapacity and Unsupported move a launch to the next subnet (the client
+// does not retry them in the same subnet, although EC2 answers the first with HTTP 500); when
+// every subnet failed, Launch returns a *CapacityError with each subnet's EC2 message. An
+// UnauthorizedOperation is a *PermissionError naming the IAM actions the call needs. A missing
+// launch template or subnet and an exhausted vCPU quota say what to change.
+//
+// The tests run the real aws-sdk-go-v2 client against fakeec2, a fake endpoint that speaks the
+// EC2 Query API for the three actions used, because EC2 cannot run here.
+package ec2
