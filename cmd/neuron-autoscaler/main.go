@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/ec2"
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler/local"
 	"github.com/kube-neuron/kube-neuron/internal/flagenv"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
@@ -25,7 +26,7 @@ import (
 func main() {
 	var o autoscaler.ControllerOptions
 	var kubeconfig, provider, catalog string
-	var e struct{ region, endpoint, launchTemplate, launchTemplateVersion, clusterName string } // ec2.Options
+	var e ec2.Options
 	var subnets []string
 	fs := pflag.NewFlagSet("neuron-autoscaler", pflag.ExitOnError)
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
@@ -40,12 +41,12 @@ func main() {
 	fs.StringVar(&o.LeaseNamespace, "namespace", "kube-system", "namespace of the leader election Lease")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", ":9466", "address of /metrics, /healthz and /readyz; empty disables them")
 	fs.StringVar(&catalog, "catalog", "", "instance catalog file applied over the built-in one")
-	fs.StringVar(&e.region, "ec2-region", "", "ec2: AWS region; empty takes it from the shared config")
-	fs.StringVar(&e.endpoint, "ec2-endpoint", "", "ec2: EC2 endpoint URL; empty uses AWS's")
-	fs.StringVar(&e.launchTemplate, "ec2-launch-template", "", "ec2: launch template id (lt-...) or name")
-	fs.StringVar(&e.launchTemplateVersion, "ec2-launch-template-version", "", "ec2: launch template version, $Latest or $Default; empty means $Latest")
+	fs.StringVar(&e.Region, "ec2-region", "", "ec2: AWS region; empty takes it from the shared config")
+	fs.StringVar(&e.Endpoint, "ec2-endpoint", "", "ec2: EC2 endpoint URL; empty uses AWS's")
+	fs.StringVar(&e.LaunchTemplate, "ec2-launch-template", "", "ec2: launch template id (lt-...) or name")
+	fs.StringVar(&e.LaunchTemplateVersion, "ec2-launch-template-version", "", "ec2: launch template version, $Latest or $Default; empty means $Latest")
 	fs.StringSliceVar(&subnets, "ec2-subnets", nil, "ec2: subnet ids, comma-separated, tried in order")
-	fs.StringVar(&e.clusterName, "ec2-cluster-name", "", "ec2: cluster name the instances are tagged with")
+	fs.StringVar(&e.ClusterName, "ec2-cluster-name", "", "ec2: cluster name the instances are tagged with")
 	env := map[string]string{
 		"kubeconfig": "KUBECONFIG", "provider": "NEURON_AUTOSCALER_PROVIDER", "batch-window": "NEURON_AUTOSCALER_BATCH_WINDOW",
 		"scale-down-after": "NEURON_AUTOSCALER_SCALE_DOWN_AFTER", "max-nodes": "NEURON_AUTOSCALER_MAX_NODES",
@@ -76,8 +77,9 @@ func main() {
 	if err == nil {
 		if provider == "local" {
 			o.Provider = local.New(local.Options{Client: o.Client, Catalog: o.Catalog})
-		} else { // ec2.New(ctx, ec2.Options{e..., Subnets: subnets}) once internal/autoscaler/ec2 is in the tree
-			err = fmt.Errorf("the ec2 provider is not in this build yet (region %q, subnets %v)", e.region, subnets)
+		} else {
+			e.Subnets = subnets
+			o.Provider, err = ec2.New(ctx, e)
 		}
 	}
 	if err == nil {

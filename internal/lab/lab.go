@@ -48,6 +48,9 @@ type Options struct {
 	// the lab's API shows the DaemonSets and classes a real installation has). Namespaced objects
 	// without a namespace go to kube-system.
 	Manifests []string
+	// AutoscalerArgs are extra arguments of neuron-autoscaler (ComponentAutoscaler), after the
+	// lab's own (--provider=local, --batch-window=1s, no leader election).
+	AutoscalerArgs []string
 }
 
 // Components the lab can run.
@@ -59,6 +62,9 @@ const (
 	ComponentExtender = "neuron-scheduler-extender"
 	// ComponentDRADriver runs neuron-dra-driver on every node in dra mode.
 	ComponentDRADriver = "neuron-dra-driver"
+	// ComponentAutoscaler runs neuron-autoscaler with the local provider: the nodes it launches
+	// are adopted by the lab (see LocalProviderIDPrefix).
+	ComponentAutoscaler = "neuron-autoscaler"
 	// CustomSchedulerName is the second scheduler's name.
 	CustomSchedulerName = "my-scheduler"
 )
@@ -100,6 +106,7 @@ type Lab struct {
 	components  map[string][]*Process // node -> its component processes
 	extender    *Process
 	extenderURL string
+	autoscaler  *Process
 	adopted     map[string]NodeSpec // nodes created through the API (LocalProviderIDPrefix) and simulated
 	stopAdopt   context.CancelFunc
 	adoptDone   chan struct{}
@@ -269,6 +276,44 @@ func (l *Lab) startExtender(ctx context.Context) error {
 	return l.cp.StartScheduler(ctx, CustomSchedulerName, ExtenderSchedulerConfig(l.extenderURL))
 }
 
+// StartAutoscaler runs neuron-autoscaler with the local provider and extra arguments after the
+// lab's (stopped with the lab, or with StopAutoscaler).
+func (l *Lab) StartAutoscaler(extra ...string) error {
+	args := append([]string{
+		"--provider=local", "--kubeconfig=" + l.cp.Kubeconfig(), "--leader-elect=false",
+		"--batch-window=1s", "--metrics-address=", fmt.Sprintf("-v=%d", l.opts.Verbosity),
+	}, extra...)
+	p, err := l.startComponent(ComponentAutoscaler, "", args)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.autoscaler = p
+	l.mu.Unlock()
+	return nil
+}
+
+// StopAutoscaler stops neuron-autoscaler (a test restarts it with StartAutoscaler).
+func (l *Lab) StopAutoscaler() error {
+	l.mu.Lock()
+	p := l.autoscaler
+	l.autoscaler = nil
+	l.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	err := p.Stop(StopGrace(StopOrderComponent))
+	_ = RemoveFromState(l.cp.Dir(), p.PID())
+	return err
+}
+
+// Autoscaler returns the running neuron-autoscaler process, nil when none runs.
+func (l *Lab) Autoscaler() *Process {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.autoscaler
+}
+
 // RestartExtender stops the extender and starts it again on the same port (my-scheduler keeps
 // calling the same URL).
 func (l *Lab) RestartExtender(ctx context.Context) error {
@@ -364,6 +409,11 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 			return fail(err)
 		}
 	}
+	if slices.Contains(o.Components, ComponentAutoscaler) {
+		if err := l.StartAutoscaler(o.AutoscalerArgs...); err != nil {
+			return fail(err)
+		}
+	}
 	adoptCtx, stopAdopt := context.WithCancel(klog.NewContext(context.Background(), logger))
 	l.stopAdopt, l.adoptDone = stopAdopt, make(chan struct{})
 	go l.adoptLoop(adoptCtx, cat)
@@ -379,6 +429,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 // Stop stops the simulated nodes' kubelets, then the control plane, and removes the sockets.
 func (l *Lab) Stop() error {
 	var err error
+	err = errors.Join(err, l.StopAutoscaler())
 	if l.stopAdopt != nil {
 		l.stopAdopt()
 		<-l.adoptDone
