@@ -1,0 +1,319 @@
+//go:build e2e
+
+package autoscaler
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
+)
+
+// scaleDownAfter is short so that each test ends with the fleet empty again.
+const scaleDownAfter = "--scale-down-after=3s"
+
+// setup (re)starts the autoscaler with the test's arguments, makes sure the device plugin
+// DaemonSet object exists (no DaemonSet controller runs in the lab, so it has no pods, as on a
+// cluster without Neuron nodes), and at the end deletes the test's pods and waits until the
+// autoscaler removed every node it launched.
+func setup(t *testing.T) (context.Context, string) {
+	t.Helper()
+	ctx := framework.Context(t)
+	ensureDaemonSet(t, ctx, true)
+	if err := framework.L.StopAutoscaler(); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.L.StartAutoscaler(scaleDownAfter); err != nil {
+		t.Fatal(err)
+	}
+	ns := framework.CreateNamespace(t, ctx)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		c := framework.L.Client()
+		_ = c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		framework.WaitFor(t, ctx, 2*time.Minute, "the autoscaler to remove the nodes it launched", func(ctx context.Context) (bool, string, error) {
+			nodes := launched(t, ctx)
+			return len(nodes) == 0, fmt.Sprintf("%d launched nodes left: %v", len(nodes), names(nodes)), nil
+		})
+	})
+	return ctx, ns
+}
+
+func ensureDaemonSet(t *testing.T, ctx context.Context, present bool) {
+	t.Helper()
+	dss := framework.L.Client().AppsV1().DaemonSets(metav1.NamespaceSystem)
+	if !present {
+		if err := dss.Delete(ctx, "neuron-device-plugin", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return
+	}
+	sel := map[string]string{"app": "neuron-device-plugin"}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "neuron-device-plugin"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: sel},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "plugin", Image: "kube-neuron"}}},
+			},
+		},
+	}
+	if _, err := dss.Create(ctx, ds, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// launched returns the nodes the autoscaler launched.
+func launched(t *testing.T, ctx context.Context) []corev1.Node {
+	t.Helper()
+	list, err := framework.L.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: autoscaler.LaunchedByLabel + "=" + autoscaler.LaunchedByValue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func names(nodes []corev1.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name+" ("+n.Labels[labels.InstanceType]+")")
+	}
+	sort.Strings(out)
+	return out
+}
+
+// events returns the messages of the pod's events with the reason.
+func events(t *testing.T, ctx context.Context, ns, pod, reason string) []string {
+	t.Helper()
+	list, err := framework.L.Client().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Message)
+	}
+	return out
+}
+
+func waitEvent(t *testing.T, ctx context.Context, ns, pod, reason, want string) {
+	t.Helper()
+	framework.WaitFor(t, ctx, 60*time.Second, fmt.Sprintf("a %s event on %s saying %q", reason, pod, want), func(ctx context.Context) (bool, string, error) {
+		msgs := events(t, ctx, ns, pod, reason)
+		for _, m := range msgs {
+			if strings.Contains(m, want) {
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("events %q", msgs), nil
+	})
+}
+
+func TestSeedWorkloadsGetNodes(t *testing.T) {
+	ctx, ns := setup(t)
+	files := map[string]string{
+		"seed-000-one-device":  "examples/autoscaler/seed-000-one-device.yaml",
+		"seed-000-two-cores":   "examples/autoscaler/seed-000-two-cores.yaml",
+		"seed-000-eight-cores": "examples/autoscaler/seed-000-eight-cores.yaml",
+	}
+	for _, f := range files {
+		framework.Apply(t, ctx, f, ns)
+	}
+	cat := topology.DefaultCatalog()
+	for pod := range files {
+		p := framework.WaitForPod(t, ctx, ns, pod, corev1.PodRunning, 2*time.Minute)
+		node, err := framework.L.Client().CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.Labels[autoscaler.LaunchedByLabel] != autoscaler.LaunchedByValue {
+			t.Errorf("pod %s runs on %s, which the autoscaler did not launch", pod, node.Name)
+		}
+		it, err := cat.Get(node.Labels[labels.InstanceType])
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitEvent(t, ctx, ns, pod, autoscaler.ReasonTriggeredScaleUp, it.Name)
+	}
+	t.Logf("fleet: %v", names(launched(t, ctx)))
+}
+
+func TestInvalidPodsGetEventsAndNoNode(t *testing.T) {
+	ctx, ns := setup(t)
+	framework.Apply(t, ctx, "examples/autoscaler/invalid-no-toleration.yaml", ns)
+	framework.Apply(t, ctx, "examples/autoscaler/invalid-seven-devices-trn1.yaml", ns)
+	waitEvent(t, ctx, ns, "invalid-no-toleration", autoscaler.ReasonNotTriggerScaleUp, "aws.amazon.com/neuron=true:NoSchedule")
+	waitEvent(t, ctx, ns, "invalid-no-toleration", autoscaler.ReasonNotTriggerScaleUp, "Add a toleration for aws.amazon.com/neuron")
+	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", autoscaler.ReasonNotTriggerScaleUp, "1, 4, 8 or 16 devices, not 7")
+	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", autoscaler.ReasonNotTriggerScaleUp, "inf1.24xlarge")
+	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", autoscaler.ReasonNotTriggerScaleUp, "inf2.48xlarge")
+	time.Sleep(3 * time.Second) // two more batch windows
+	if nodes := launched(t, ctx); len(nodes) != 0 {
+		t.Errorf("nodes launched for pods that cannot run: %v", names(nodes))
+	}
+}
+
+func TestNoDevicePluginDaemonSet(t *testing.T) {
+	ctx, ns := setup(t)
+	ensureDaemonSet(t, ctx, false)
+	framework.Apply(t, ctx, "examples/autoscaler/seed-000-one-device.yaml", ns)
+	waitEvent(t, ctx, ns, "seed-000-one-device", autoscaler.ReasonNotTriggerScaleUp, autoscaler.MessageDevicePluginRequired)
+	if msgs := events(t, ctx, ns, "seed-000-one-device", autoscaler.ReasonNotTriggerScaleUp); !contains(msgs, "Neuron daemon set driver is required") {
+		t.Errorf("events %q lack the seed's exact message", msgs)
+	}
+	if nodes := launched(t, ctx); len(nodes) != 0 {
+		t.Fatalf("nodes launched without the device plugin DaemonSet: %v", names(nodes))
+	}
+	// Installed (still without pods: no Neuron node yet), it no longer blocks the first scale-up.
+	ensureDaemonSet(t, ctx, true)
+	framework.WaitForPod(t, ctx, ns, "seed-000-one-device", corev1.PodRunning, 2*time.Minute)
+}
+
+func contains(msgs []string, exact string) bool {
+	for _, m := range msgs {
+		if m == exact {
+			return true
+		}
+	}
+	return false
+}
+
+// mixedPods are 20 pending pods of several shapes and sizes.
+func mixedPods(ns string) []*corev1.Pod {
+	type spec struct {
+		res      corev1.ResourceName
+		n        int64
+		selector map[string]string
+	}
+	specs := []spec{
+		{topology.ResourceNeuron, 1, nil}, {topology.ResourceNeuron, 1, nil}, {topology.ResourceNeuron, 2, nil},
+		{topology.ResourceNeuronCore, 2, nil}, {topology.ResourceNeuronCore, 1, nil}, {topology.ResourceNeuronCore, 4, nil},
+		{topology.ResourceNeuron, 4, map[string]string{labels.InstanceFamily: "trn1"}},
+		{topology.ResourceNeuron, 4, map[string]string{labels.InstanceFamily: "trn1"}},
+		{topology.ResourceNeuron, 8, map[string]string{labels.InstanceFamily: "trn1"}},
+		{topology.ResourceNeuronDevice, 1, map[string]string{labels.InstanceFamily: "inf2"}},
+		{topology.ResourceNeuronDevice, 2, map[string]string{labels.InstanceFamily: "inf2"}},
+		{topology.ResourceNeuronCore, 2, map[string]string{labels.InstanceFamily: "inf2"}},
+		{topology.ResourceNeuron, 1, nil}, {topology.ResourceNeuronCore, 3, nil}, {topology.ResourceNeuronCore, 2, nil},
+		{topology.ResourceNeuron, 3, nil}, {topology.ResourceNeuron, 1, map[string]string{labels.InstanceType: "inf2.xlarge"}},
+		{topology.ResourceNeuronCore, 8, nil}, {topology.ResourceNeuron, 2, map[string]string{labels.InstanceFamily: "trn1"}},
+		{topology.ResourceNeuronCore, 1, nil},
+	}
+	var out []*corev1.Pod
+	for i, s := range specs {
+		out = append(out, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("mixed-%02d", i), Namespace: ns},
+			Spec: corev1.PodSpec{
+				NodeSelector: s.selector,
+				Tolerations:  []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+				Containers: []corev1.Container{{Name: "main", Image: "my-neuron-image", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{s.res: *resource.NewQuantity(s.n, resource.DecimalSI)},
+					Limits:   corev1.ResourceList{s.res: *resource.NewQuantity(s.n, resource.DecimalSI)},
+				}}},
+			},
+		})
+	}
+	return out
+}
+
+func cost(t *testing.T, nodes []corev1.Node) float64 {
+	t.Helper()
+	cat := topology.DefaultCatalog()
+	sum := 0.0
+	for _, n := range nodes {
+		it, err := cat.Get(n.Labels[labels.InstanceType])
+		if err != nil || !it.PriceKnown() {
+			t.Fatalf("node %s: type %q has no price (%v)", n.Name, n.Labels[labels.InstanceType], err)
+		}
+		sum += *it.PriceUSDPerHour
+	}
+	return sum
+}
+
+func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
+	ctx, ns := setup(t)
+	pods := mixedPods(ns)
+	var demands []autoscaler.PodDemand
+	for _, p := range pods {
+		created, err := framework.L.Client().CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		demands = append(demands, autoscaler.NewPodDemand(created, nil))
+	}
+	for _, p := range pods {
+		framework.WaitForPod(t, ctx, ns, p.Name, corev1.PodRunning, 3*time.Minute)
+	}
+	nodes := launched(t, ctx)
+	got := cost(t, nodes)
+	plan, _ := autoscaler.Plan(demands, nil, autoscaler.Options{})
+	t.Logf("fleet for 20 pods: %v, $%.4f/h; the planner alone over all 20: %d nodes, $%.4f/h", names(nodes), got, len(plan.New()), plan.CostUSDPerHour)
+	if got > plan.CostUSDPerHour+1e-6 {
+		t.Errorf("the fleet costs $%.4f/h, more than the planner's $%.4f/h for the same pods", got, plan.CostUSDPerHour)
+	}
+	emptyNodes(t, ctx, nodes)
+}
+
+// emptyNodes fails for a launched node that runs none of the test's pods: a node launched twice.
+func emptyNodes(t *testing.T, ctx context.Context, nodes []corev1.Node) {
+	t.Helper()
+	for _, n := range nodes {
+		pods, err := framework.L.Client().CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			t.Errorf("node %s (%s) runs no pod: launched for nothing", n.Name, n.Labels[labels.InstanceType])
+		}
+	}
+}
+
+func TestRestartLaunchesNothingTwice(t *testing.T) {
+	ctx, ns := setup(t)
+	pods := mixedPods(ns)[:8]
+	var demands []autoscaler.PodDemand
+	for _, p := range pods {
+		created, err := framework.L.Client().CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		demands = append(demands, autoscaler.NewPodDemand(created, nil))
+	}
+	// Restart as soon as the first node is launched, while its pods are pending.
+	framework.WaitFor(t, ctx, 60*time.Second, "a first node to be launched", func(ctx context.Context) (bool, string, error) {
+		return len(launched(t, ctx)) > 0, "", nil
+	})
+	if err := framework.L.StopAutoscaler(); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.L.StartAutoscaler(scaleDownAfter); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		framework.WaitForPod(t, ctx, ns, p.Name, corev1.PodRunning, 3*time.Minute)
+	}
+	nodes := launched(t, ctx)
+	plan, _ := autoscaler.Plan(demands, nil, autoscaler.Options{})
+	t.Logf("fleet after a restart: %v; the planner alone: %d nodes, $%.4f/h", names(nodes), len(plan.New()), plan.CostUSDPerHour)
+	emptyNodes(t, ctx, nodes)
+	if got := cost(t, nodes); got > plan.CostUSDPerHour+1e-6 && math.Abs(got-plan.CostUSDPerHour) > 1e-6 {
+		t.Errorf("after the restart the fleet costs $%.4f/h, more than the planner's $%.4f/h", got, plan.CostUSDPerHour)
+	}
+}
