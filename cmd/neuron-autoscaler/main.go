@@ -33,6 +33,7 @@ func main() {
 	fs.StringVar(&provider, "provider", "", "where nodes are launched: local (Node objects in the lab) or ec2 (required)")
 	fs.DurationVar(&o.BatchWindow, "batch-window", 10*time.Second, "wait after the first new pending pod, so that pods created together are planned together")
 	fs.DurationVar(&o.ScaleDownAfter, "scale-down-after", 10*time.Minute, "remove a node the autoscaler launched once it has had no Neuron pod this long; 0 disables scale-down")
+	fs.DurationVar(&o.ResyncInterval, "resync-interval", 30*time.Second, "how often a round runs without a new pending pod (scale-down, launch timeouts)")
 	fs.IntVar(&o.MaxNodes, "max-nodes", 0, "most Neuron nodes in the cluster (launching ones included); 0 means no limit")
 	fs.IntVar(&o.MaxDevices, "max-devices", 0, "most Neuron devices in the cluster; 0 means no limit")
 	fs.StringSliceVar(&o.Families, "families", nil, "instance families the autoscaler may launch, comma-separated (e.g. trn1,inf2); empty allows all")
@@ -52,7 +53,7 @@ func main() {
 		"scale-down-after": "NEURON_AUTOSCALER_SCALE_DOWN_AFTER", "max-nodes": "NEURON_AUTOSCALER_MAX_NODES",
 		"max-devices": "NEURON_AUTOSCALER_MAX_DEVICES", "families": "NEURON_AUTOSCALER_FAMILIES", "dry-run": "NEURON_AUTOSCALER_DRY_RUN",
 		"leader-elect": "NEURON_AUTOSCALER_LEADER_ELECT", "namespace": "POD_NAMESPACE", "metrics-address": "NEURON_METRICS_ADDRESS",
-		"catalog": "NEURON_CATALOG", "ec2-region": "AWS_REGION", "ec2-endpoint": "NEURON_EC2_ENDPOINT",
+		"catalog": "NEURON_CATALOG", "resync-interval": "NEURON_AUTOSCALER_RESYNC_INTERVAL", "ec2-region": "AWS_REGION", "ec2-endpoint": "NEURON_EC2_ENDPOINT",
 		"ec2-launch-template": "NEURON_EC2_LAUNCH_TEMPLATE", "ec2-launch-template-version": "NEURON_EC2_LAUNCH_TEMPLATE_VERSION",
 		"ec2-subnets": "NEURON_EC2_SUBNETS", "ec2-cluster-name": "NEURON_EC2_CLUSTER_NAME",
 	}

@@ -1,6 +1,7 @@
 package autoscaler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -83,6 +85,9 @@ type ControllerOptions struct {
 	// ScaleDownAfter is how long a node the autoscaler launched stays empty of Neuron pods
 	// before it is cordoned and removed; 0 disables scale-down.
 	ScaleDownAfter time.Duration
+	// ResyncInterval is how often a round runs without a new pending pod (scale-down, launch
+	// timeouts, pods still pending); 0 means 30s.
+	ResyncInterval time.Duration
 	// MaxNodes and MaxDevices cap the Neuron nodes and devices in the cluster; 0 means no limit.
 	MaxNodes, MaxDevices int
 	// Families the autoscaler may launch; empty allows every family of the catalog.
@@ -185,7 +190,7 @@ func NewController(o ControllerOptions) (*Controller, error) {
 		o.Now = time.Now
 	}
 	return &Controller{
-		o: o, metrics: newMetrics(), resync: resyncInterval, kick: make(chan struct{}, 1), seen: map[types.UID]bool{},
+		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{},
 		tracked: map[string]*tracked{}, registered: map[string]bool{}, retired: map[string]bool{}, emptySince: map[string]time.Time{}, emitted: map[string]time.Time{},
 	}, nil
 }
@@ -349,6 +354,18 @@ func (c *Controller) start(ctx context.Context) (informers.SharedInformerFactory
 		AddFunc:    c.podChanged,
 		UpdateFunc: func(_, obj any) { c.podChanged(obj) },
 	}); err != nil {
+		return nil, err
+	}
+	// A device plugin or DRA driver DaemonSet appearing can unblock pods refused for its absence.
+	kickOnDaemonSet := func(obj any) {
+		if ds, ok := obj.(*appsv1.DaemonSet); ok && (IsDevicePluginDaemonSet(ds) || IsDRADriverDaemonSet(ds)) {
+			select {
+			case c.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if _, err := factory.Apps().V1().DaemonSets().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: kickOnDaemonSet}); err != nil {
 		return nil, err
 	}
 	c.pods, c.podIndex = factory.Core().V1().Pods().Lister(), podInformer.GetIndexer()

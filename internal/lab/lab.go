@@ -281,7 +281,7 @@ func (l *Lab) startExtender(ctx context.Context) error {
 func (l *Lab) StartAutoscaler(extra ...string) error {
 	args := append([]string{
 		"--provider=local", "--kubeconfig=" + l.cp.Kubeconfig(), "--leader-elect=false",
-		"--batch-window=1s", "--metrics-address=", fmt.Sprintf("-v=%d", l.opts.Verbosity),
+		"--batch-window=1s", "--resync-interval=2s", "--metrics-address=", fmt.Sprintf("-v=%d", l.opts.Verbosity),
 	}, extra...)
 	p, err := l.startComponent(ComponentAutoscaler, "", args)
 	if err != nil {

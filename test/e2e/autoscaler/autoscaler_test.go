@@ -195,7 +195,9 @@ func contains(msgs []string, exact string) bool {
 	return false
 }
 
-// mixedPods are 20 pending pods of several shapes and sizes.
+// mixedPods are 20 pending pods of several shapes and sizes, scheduled by my-scheduler with the
+// topology-aware extender: the default scheduler counts devices only and would put, say, 2
+// devices on a trn1.32xlarge launched for other pods, where the topology rules refuse them.
 func mixedPods(ns string) []*corev1.Pod {
 	type spec struct {
 		res      corev1.ResourceName
@@ -221,8 +223,9 @@ func mixedPods(ns string) []*corev1.Pod {
 		out = append(out, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("mixed-%02d", i), Namespace: ns},
 			Spec: corev1.PodSpec{
-				NodeSelector: s.selector,
-				Tolerations:  []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+				SchedulerName: "my-scheduler",
+				NodeSelector:  s.selector,
+				Tolerations:   []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 				Containers: []corev1.Container{{Name: "main", Image: "my-neuron-image", Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{s.res: *resource.NewQuantity(s.n, resource.DecimalSI)},
 					Limits:   corev1.ResourceList{s.res: *resource.NewQuantity(s.n, resource.DecimalSI)},

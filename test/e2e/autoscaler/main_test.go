@@ -16,5 +16,5 @@ import (
 
 func TestMain(m *testing.M) {
 	// No Neuron node at the start: the autoscaler launches them.
-	os.Exit(framework.Main(m, &lab.FleetFile{}, lab.ComponentDevicePlugin, lab.ComponentDRADriver, lab.ComponentAutoscaler))
+	os.Exit(framework.Main(m, &lab.FleetFile{}, lab.ComponentDevicePlugin, lab.ComponentDRADriver, lab.ComponentExtender, lab.ComponentAutoscaler))
 }
