@@ -620,12 +620,13 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 	})
 }
 
-// TestPlannedComponentsRenderNothing: the autoscaler is accepted but not in the chart yet.
-func TestPlannedComponentsRenderNothing(t *testing.T) {
+// TestAutoscalerAlone: the autoscaler renders its own objects and nothing else (it was planned,
+// and rendered nothing, until issue 7 item 7).
+func TestAutoscalerAlone(t *testing.T) {
 	t.Parallel()
-	m := render(t, "devicePlugin.enabled=false", "npd.enabled=false", "autoscaler.enabled=true")
-	if len(m) != 0 {
-		t.Errorf("rendered %q, want nothing", m.names())
+	m := render(t, append([]string{"devicePlugin.enabled=false", "npd.enabled=false"}, autoscalerEC2...)...)
+	if got, want := m.names(), objects(autoscalerObjects, autoscalerPDB); !slices.Equal(got, want) {
+		t.Errorf("rendered %q, want %q", got, want)
 	}
 }
 

@@ -46,13 +46,12 @@ data:
 func TestNotes(t *testing.T) {
 	t.Parallel()
 	const (
-		checkDS      = "kubectl get ds neuron-device-plugin -n kube-system"
-		neuronCols   = `kubectl get nodes "-o=custom-columns=NAME:.metadata.name,NeuronDevice:.status.allocatable.aws\.amazon\.com/neuron"`
-		coreCols     = `kubectl get nodes "-o=custom-columns=NAME:.metadata.name,NeuronCore:.status.allocatable.aws\.amazon\.com/neuroncore"`
-		checkNPD     = "kubectl get ds node-problem-detector -n neuron-healthcheck-system"
-		checkDC      = "kubectl get deviceclass neuron.aws.com"
-		extender     = "kubectl get deploy,svc k8s-neuron-scheduler -n kube-system"
-		autoscaleYet = "the neuron-autoscaler is not in this chart version yet"
+		checkDS    = "kubectl get ds neuron-device-plugin -n kube-system"
+		neuronCols = `kubectl get nodes "-o=custom-columns=NAME:.metadata.name,NeuronDevice:.status.allocatable.aws\.amazon\.com/neuron"`
+		coreCols   = `kubectl get nodes "-o=custom-columns=NAME:.metadata.name,NeuronCore:.status.allocatable.aws\.amazon\.com/neuroncore"`
+		checkNPD   = "kubectl get ds node-problem-detector -n neuron-healthcheck-system"
+		checkDC    = "kubectl get deviceclass neuron.aws.com"
+		extender   = "kubectl get deploy,svc k8s-neuron-scheduler -n kube-system"
 	)
 	for _, tc := range []struct {
 		name      string
@@ -63,7 +62,6 @@ func TestNotes(t *testing.T) {
 		{"device plugin only", []string{"npd.enabled=false"}, []string{checkDS, neuronCols, coreCols}, []string{checkNPD, checkDC}},
 		{"scheduler", []string{"scheduler.enabled=true", "npd.enabled=false"}, []string{checkDS, extender}, []string{checkNPD}},
 		{"DRA", []string{"devicePlugin.enabled=false", "npd.enabled=false", "draDriver.enabled=true"}, []string{checkDC}, []string{checkDS, checkNPD}},
-		{"autoscaler", []string{"autoscaler.enabled=true"}, []string{autoscaleYet}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -100,6 +100,20 @@ app.kubernetes.io/component: scheduler
 {{- end -}}
 
 {{/*
+neuron-autoscaler: selector labels (immutable once installed) and the full label set.
+*/}}
+{{- define "kube-neuron.autoscaler.selectorLabels" -}}
+app.kubernetes.io/name: neuron-autoscaler
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kube-neuron.autoscaler.labels" -}}
+{{ include "kube-neuron.labels" . }}
+app.kubernetes.io/name: neuron-autoscaler
+app.kubernetes.io/component: autoscaler
+{{- end -}}
+
+{{/*
 The extenders block of a KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) that
 registers the extender at urlPrefix. Takes (dict "urlPrefix" URL "weight" N).
 */}}
@@ -172,5 +186,25 @@ Fails rendering on contradictory values. validate.yaml includes it, so every ren
 {{- end -}}
 {{- if and .Values.scheduler.enabled (not .Values.devicePlugin.enabled) (not .Values.devicePlugin.allowWithDRA) (not .Values.scheduler.allowWithoutDevicePlugin) -}}
 {{- fail "scheduler.enabled is true and devicePlugin.enabled is false: the scheduler extender needs the device plugin, which serves the allocation the extender writes on each pod. Leave devicePlugin.enabled=true, or set scheduler.allowWithoutDevicePlugin=true if another component runs kube-neuron's device plugin." -}}
+{{- end -}}
+{{- if and .Values.autoscaler.enabled (eq .Values.autoscaler.provider "ec2") -}}
+{{- $e := .Values.autoscaler.ec2 -}}
+{{- $missing := list -}}
+{{- $sets := list -}}
+{{- if not $e.launchTemplate -}}
+{{- $missing = append $missing "autoscaler.ec2.launchTemplate" -}}
+{{- $sets = append $sets "--set autoscaler.ec2.launchTemplate=<launch template id lt-... or name>" -}}
+{{- end -}}
+{{- if not $e.subnets -}}
+{{- $missing = append $missing "autoscaler.ec2.subnets" -}}
+{{- $sets = append $sets "--set autoscaler.ec2.subnets={subnet-...,subnet-...}" -}}
+{{- end -}}
+{{- if not $e.clusterName -}}
+{{- $missing = append $missing "autoscaler.ec2.clusterName" -}}
+{{- $sets = append $sets "--set autoscaler.ec2.clusterName=<cluster name>" -}}
+{{- end -}}
+{{- if $missing -}}
+{{- fail (printf "autoscaler.provider is ec2 and %s %s empty: the ec2 provider launches Neuron nodes from a launch template into the first of the subnets with capacity, and tags them with the cluster name so that it lists and terminates only this cluster's instances. Set %s (or --set autoscaler.provider=local in the lab)." (join ", " $missing) (ternary "is" "are" (eq (len $missing) 1)) (join " " $sets)) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
