@@ -176,11 +176,18 @@ func (n *SimNode) start(ctx context.Context, pods *podWorker) error {
 	want := n.NodeObject()
 	node, err := n.client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
+		// A node someone else registered (neuron-autoscaler's local provider). Its status first:
+		// the kubelet's (no Neuron capacity until the device plugin registers), while the node
+		// still carries its not-ready taint, so that the scheduler never sees it untainted with
+		// capacity no plugin serves yet.
 		node, err = n.client.CoreV1().Nodes().Get(ctx, want.Name, metav1.GetOptions{})
 		if err == nil {
-			// A node someone else registered (neuron-autoscaler's local provider): keep its labels
-			// and annotations, add the simulator's, and take the node's taints as a kubelet
-			// registering with --register-with-taints would.
+			node.Status = want.Status
+			node, err = n.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		}
+		// Then its labels (kept, the simulator's added) and taints (the node's own, as a kubelet
+		// registering with --register-with-taints sets them).
+		if err == nil {
 			if node.Labels == nil {
 				node.Labels = map[string]string{}
 			}
@@ -188,18 +195,18 @@ func (n *SimNode) start(ctx context.Context, pods *podWorker) error {
 				node.Labels[k] = v
 			}
 			node.Spec.Taints = want.Spec.Taints
-			if node.Spec.ProviderID == "" {
-				node.Spec.ProviderID = want.Spec.ProviderID
-			}
 			node, err = n.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 		}
-	}
-	if err != nil {
+		if err != nil {
+			return fmt.Errorf("registering node %s: %w", want.Name, err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("creating node %s: %w", want.Name, err)
-	}
-	node.Status = want.Status
-	if _, err := n.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("setting the status of node %s: %w", want.Name, err)
+	} else {
+		node.Status = want.Status
+		if _, err := n.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("setting the status of node %s: %w", want.Name, err)
+		}
 	}
 	if err := n.renewLease(ctx, node.UID); err != nil {
 		return err
