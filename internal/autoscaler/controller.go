@@ -569,7 +569,10 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 		}
 		planned[in.Name] = pods
 		node := nodes[in.Name]
-		if c.registered[in.Name] || (!in.Launching && c.settled(node, now)) || (node != nil && !c.empty(c.podsOn(node.Name), nil, nil)) {
+		// A node that holds Neuron pods but has not settled yet stays a launching option: the
+		// scheduler may have put pods planned elsewhere on it, and its free room is offered to
+		// the pending pods before any new node.
+		if c.registered[in.Name] || (!in.Launching && c.settled(node, now)) {
 			// Registered: it stays so when it turns NotReady later (never deleted for it).
 			c.registered[in.Name] = true
 			delete(c.tracked, in.Name)
@@ -590,6 +593,16 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 		for _, k := range pods {
 			if d, ok := pending[k]; ok {
 				opt.Pods = append(opt.Pods, d)
+			}
+		}
+		if node != nil {
+			for _, pod := range c.podsOn(node.Name) {
+				if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+					continue
+				}
+				if dra, _ := c.draRequests(pod); len(dra) > 0 || len(allocation.PodRequests(pod)) > 0 {
+					opt.Bound = append(opt.Bound, NewPodDemand(pod, dra))
+				}
 			}
 		}
 		out = append(out, opt)

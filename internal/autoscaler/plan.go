@@ -44,6 +44,10 @@ type NodeOption struct {
 	// Mode is the node's allocation mode; "" is labels.AllocationModeDevicePlugin.
 	Mode string
 	Pods []PodDemand
+	// Bound are the pods the scheduler already put on the node (it may have come up and taken
+	// pods planned elsewhere): they occupy it first. A planned pod that no longer fits beside
+	// them is planned again.
+	Bound []PodDemand
 }
 
 // ScaleUp is what Plan decided to launch.
@@ -377,10 +381,15 @@ func (p *planner) run(pack bool) *run {
 			mode = labels.AllocationModeDevicePlugin
 		}
 		n := &node{name: lo.Name, launching: true, t: t, mode: mode, u: topology.NewUsage(sh)}
+		for _, d := range lo.Bound {
+			p.sim.place(n.u, d) // real: placed first (one that does not fit cannot be on it)
+		}
 		earlier := slices.Clone(lo.Pods)
 		sort.SliceStable(earlier, func(a, b int) bool { return weight(earlier[a]) > weight(earlier[b]) })
 		for _, d := range earlier {
-			p.sim.place(n.u, d) // a pod that no longer fits is not counted
+			if _, _, ok := p.sim.place(n.u, d); !ok {
+				delete(p.absorbed, d.id()) // its room was taken: plan it again
+			}
 		}
 		r.nodes = append(r.nodes, n)
 	}

@@ -469,3 +469,31 @@ func BenchmarkPlan(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(pending))*float64(b.N)/b.Elapsed().Seconds(), "pods/s")
 }
+
+// TestPlanBoundPodsTakeRoom: the scheduler put a pod planned elsewhere on a launching node; a
+// pending pod planned onto that node no longer fits there and is planned again, and a pending
+// pod that fits in the room left goes there without a new node.
+func TestPlanBoundPodsTakeRoom(t *testing.T) {
+	big := testPod("big").devices(16).selector(labels.InstanceFamily, "trn1").demand()
+	four := testPod("four").devices(4).demand()
+	one := testPod("one").devices(1).selector(labels.InstanceFamily, "trn1").demand()
+	launching := []NodeOption{{Name: "n1", InstanceType: "trn1.32xlarge", Pods: []PodDemand{big}, Bound: []PodDemand{four}}}
+	plan, decisions := Plan([]PodDemand{big, one}, launching, Options{})
+	var newBig, oneOnN1 bool
+	for _, n := range plan.Nodes {
+		for _, pl := range n.Pods {
+			if pl.Pod == big.Key() && !n.Launching {
+				newBig = true
+			}
+			if pl.Pod == one.Key() && n.Name == "n1" {
+				oneOnN1 = true
+			}
+		}
+	}
+	if !newBig {
+		t.Errorf("the 16-device pod whose room was taken got no new node: %+v %+v", plan, decisions)
+	}
+	if !oneOnN1 {
+		t.Errorf("the 1-device pod did not go into the launching node's free room: %+v", plan)
+	}
+}
