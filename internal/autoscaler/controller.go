@@ -1,6 +1,7 @@
 package autoscaler
 
 import (
+	"encoding/json"
 	"cmp"
 	"context"
 	"errors"
@@ -776,6 +777,9 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 			continue
 		}
 		c.metrics.decisions.WithLabelValues(dec.Reason).Inc()
+		if dec.Node >= 0 && !dec.Warning() && !c.o.DryRun {
+			c.nominate(ctx, pod, names[dec.Node])
+		}
 		eventType, msg := corev1.EventTypeNormal, dec.Message
 		switch {
 		case dec.Warning():
@@ -786,6 +790,21 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 			msg = fmt.Sprintf("%s: node %s", dec.Message, names[dec.Node])
 		}
 		c.event(ctx, pod, eventType, dec.Reason, msg)
+	}
+}
+
+// nominate sets the pod's status.nominatedNodeName to the node planned for it. The scheduler
+// (NominatedNodeNameForExpectation, on by default since 1.35) tries that node first once it is
+// up, and counts the pod there while it schedules others, so that pods land where the plan put
+// them instead of taking the room of pods planned onto the first node that comes up. On EC2 the
+// planned name is not the node's (its private DNS name), and the hint does nothing.
+func (c *Controller) nominate(ctx context.Context, pod *corev1.Pod, node string) {
+	if pod.Status.NominatedNodeName == node {
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"nominatedNodeName": node}})
+	if _, err := c.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		klog.FromContext(ctx).V(2).Info("Nominating the pod to its planned node failed", "pod", klog.KObj(pod), "node", node, "err", err)
 	}
 }
 

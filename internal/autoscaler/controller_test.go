@@ -221,6 +221,10 @@ func TestControllerLaunchesOneNode(t *testing.T) {
 	if len(r.Taints) != 1 || r.Taints[0] != NeuronTaint() {
 		t.Errorf("taints %v, want the Neuron taint", r.Taints)
 	}
+	// The pod is nominated to its node, so that the scheduler keeps the node's room for it.
+	if p, err := e.client.CoreV1().Pods("default").Get(t.Context(), "a", metav1.GetOptions{}); err != nil || p.Status.NominatedNodeName != want {
+		t.Errorf("pod a nominated to %q (%v), want %s", p.Status.NominatedNodeName, err, want)
+	}
 	wantEvent := "Normal TriggeredScaleUp pod triggered scale-up: a new inf1.xlarge node ($0.228/h): node " + want
 	if ev := events(rec); !slices.Equal(ev, []string{wantEvent}) {
 		t.Errorf("events %q, want %q", ev, wantEvent)

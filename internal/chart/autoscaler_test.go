@@ -242,12 +242,14 @@ func checkAutoscalerRBAC(t *testing.T, m manifest, ns string, local bool) {
 	nodes := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch", "patch", "delete"}}
 	wantRules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
 		nodes,
 	}
 	if local {
 		nodes.Verbs = []string{"get", "list", "watch", "create", "patch", "delete"}
 		wantRules = []rbacv1.PolicyRule{
 			wantRules[0],
+			wantRules[1],
 			nodes,
 			{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"update"}},
 		}
