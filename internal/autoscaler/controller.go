@@ -1,9 +1,9 @@
 package autoscaler
 
 import (
-	"encoding/json"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
