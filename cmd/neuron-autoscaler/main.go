@@ -78,6 +78,8 @@ func main() {
 	if err == nil {
 		if provider == "local" {
 			o.Provider = local.New(local.Options{Client: o.Client, Catalog: o.Catalog})
+		} else if e.ClusterName == "" {
+			err = fmt.Errorf("--ec2-cluster-name (NEURON_EC2_CLUSTER_NAME) is required with --provider=ec2: it scopes the instances the autoscaler lists and terminates to this cluster")
 		} else {
 			e.Subnets = subnets
 			o.Provider, err = ec2.New(ctx, e)

@@ -27,7 +27,8 @@ const (
 	ReasonTriggeredScaleUp = "TriggeredScaleUp"
 )
 
-// Seed 000's messages, verbatim: each is the whole event message.
+// The DaemonSet messages, each the whole event message: seed 000's, verbatim, for the device
+// plugin, and the same words for the DRA driver (issue 7).
 const (
 	MessageDevicePluginRequired = "Neuron daemon set driver is required"
 	MessageDRADriverRequired    = "Neuron DRA driver is required"

@@ -40,7 +40,7 @@ type Options struct {
 	// would run them on a cluster.
 	ComponentBinDir string
 	// Components names the components to run: ComponentDevicePlugin, ComponentExtender,
-	// ComponentDRADriver.
+	// ComponentDRADriver, ComponentAutoscaler.
 	Components []string
 	// Verbosity is the -v of the components' logs.
 	Verbosity int
