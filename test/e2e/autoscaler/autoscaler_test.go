@@ -268,11 +268,12 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 	plan, _ := autoscaler.Plan(demands, nil, autoscaler.Options{})
 	t.Logf("fleet for 20 pods: %v, $%.4f/h, of which in use %v, $%.4f/h; the planner alone over all 20: %d nodes, $%.4f/h",
 		names(nodes), cost(t, nodes), names(used), cost(t, used), len(plan.New()), plan.CostUSDPerHour)
-	// The scheduler, not the plan, places the pods: one that finds room on a node that came up
-	// first can leave the node planned for it empty. The nodes in use cost no more than the plan,
-	// and the empty ones are scaled down.
-	if got := cost(t, used); got > plan.CostUSDPerHour+1e-6 {
-		t.Errorf("the nodes in use cost $%.4f/h, more than the planner's $%.4f/h for the same pods", got, plan.CostUSDPerHour)
+	// The scheduler, not the plan, places the pods: every pod is nominated to its planned node,
+	// but one whose node is not up yet can take spare room on a node that is, and leave its own
+	// node empty (scaled down below) or, rarely, a pod planned onto that room to be planned
+	// again. The nodes in use stay within 5 % of the planner's fleet.
+	if got := cost(t, used); got > plan.CostUSDPerHour*1.05+1e-6 {
+		t.Errorf("the nodes in use cost $%.4f/h, more than 5 %% over the planner's $%.4f/h for the same pods", got, plan.CostUSDPerHour)
 	}
 	if len(used) < len(nodes) {
 		framework.WaitFor(t, ctx, 60*time.Second, "the nodes no pod uses to be scaled down", func(ctx context.Context) (bool, string, error) {
