@@ -70,7 +70,7 @@ func testNode(t testing.TB, name, typ string, lnc int, us *neuron.UltraServer) N
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NodeInfo{Name: name, Type: it, Hardware: hw, LNC: shape.LNC, DriverVersion: Version}
+	return NodeInfo{Name: name, Shape: shape, Hardware: hw, DriverVersion: Version}
 }
 
 func fmtSscanf(r string, lo, hi *int) (int, error) { return fmt.Sscanf(r, "%d-%d", lo, hi) }

@@ -127,7 +127,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 		dataDir: filepath.Join(o.PluginsDir, DriverName),
 		health:  neuron.NewHealth(len(node.Devices), node),
 		info: NodeInfo{
-			Name: o.NodeName, Type: shape.Type, Hardware: node, LNC: shape.LNC, DriverVersion: Version,
+			Name: o.NodeName, Shape: shape, Hardware: node, DriverVersion: Version,
 		},
 	}
 	if err := os.MkdirAll(d.dataDir, 0o750); err != nil {
@@ -174,8 +174,8 @@ func Run(ctx context.Context, o Options) error {
 func (d *Driver) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("node", d.o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Neuron devices discovered", "instanceType", d.info.Type.Name, "devices", len(d.info.Hardware.Devices),
-		"lnc", d.info.LNC, "ultraServer", d.info.Hardware.UltraServer != nil, "preparedClaims", len(d.checkpoint.Claims))
+	logger.Info("Neuron devices discovered", "instanceType", d.info.Shape.Type.Name, "devices", len(d.info.Hardware.Devices),
+		"lnc", d.info.Shape.LNC, "ultraServer", d.info.Hardware.UltraServer != nil, "preparedClaims", len(d.checkpoint.Claims))
 
 	if d.o.MetricsAddress != "" {
 		srv := &http.Server{Addr: d.o.MetricsAddress, Handler: d.metrics.handler(d.ready.Load), ReadHeaderTimeout: 5 * time.Second}

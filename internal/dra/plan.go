@@ -73,7 +73,7 @@ func PlanClaim(info NodeInfo, claim *resourceapi.ResourceClaim) (*Plan, error) {
 		d := PlannedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device}
 		if r.Device == NodeDeviceName {
 			if info.Hardware.UltraServer == nil {
-				return nil, fmt.Errorf("device %s was allocated, but node %s (%s) is not part of an UltraServer", r.Device, info.Name, info.Type.Name)
+				return nil, fmt.Errorf("device %s was allocated, but node %s (%s) is not part of an UltraServer", r.Device, info.Name, info.Shape.Type.Name)
 			}
 			for i := range n {
 				d.Indexes = append(d.Indexes, i)
@@ -127,10 +127,7 @@ func (p *Plan) applyConfigs(info NodeInfo, configs []resourceapi.DeviceAllocatio
 		}
 	}
 
-	lnc := info.LNC
-	if lnc == 0 {
-		lnc = info.Type.DefaultLNC
-	}
+	shape := info.Shape
 	var lncSet, ultraSet *applied
 	for j := range per {
 		a := &per[j]
@@ -149,15 +146,15 @@ func (p *Plan) applyConfigs(info NodeInfo, configs []resourceapi.DeviceAllocatio
 	}
 	if lncSet != nil {
 		want := lncSet.neuron.LogicalNeuronCore
-		if !info.Type.LNCConfigurable {
+		if !shape.Type.LNCConfigurable {
 			// The published driver's message, verbatim (seed 003).
-			return fmt.Errorf("LNC value is not configurable for instance type %s", info.Type.Name)
+			return fmt.Errorf("LNC value is not configurable for instance type %s", shape.Type.Name)
 		}
-		if err := info.Type.CheckLNC(want); err != nil {
+		var err error
+		if shape, err = topology.NewShapeWithGraph(shape.Type, want, shape.Graph()); err != nil {
 			return err
 		}
-		lnc = want
-		p.Env[EnvLNC] = strconv.Itoa(lnc)
+		p.Env[EnvLNC] = strconv.Itoa(want)
 	}
 	if ultraSet != nil {
 		env, err := ultraServerEnv(info, ultraSet.ultra.UltraserverMode)
@@ -170,12 +167,9 @@ func (p *Plan) applyConfigs(info NodeInfo, configs []resourceapi.DeviceAllocatio
 	}
 
 	devices := p.Indexes()
-	per1 := info.Type.LogicalCoresPerDevice(lnc)
 	var cores []int
 	for _, d := range devices {
-		for c := range per1 {
-			cores = append(cores, d*per1+c)
-		}
+		cores = append(cores, shape.CoresOf(d)...)
 	}
 	p.Env[EnvVisibleCores] = topology.JoinIDs(cores)
 	p.Env[EnvVisibleDevices] = topology.JoinIDs(devices)
@@ -187,7 +181,7 @@ func (p *Plan) applyConfigs(info NodeInfo, configs []resourceapi.DeviceAllocatio
 func ultraServerEnv(info NodeInfo, mode int) (map[string]string, error) {
 	us := info.Hardware.UltraServer
 	if us == nil {
-		return nil, fmt.Errorf("UltraServerConfig needs a node of a Trn2 UltraServer (trn2u.48xlarge), but node %s is a %s outside any UltraServer: select devices with resourceType == 'neuron_node'", info.Name, info.Type.Name)
+		return nil, fmt.Errorf("UltraServerConfig needs a node of a Trn2 UltraServer (trn2u.48xlarge), but node %s is a %s outside any UltraServer: select devices with resourceType == 'neuron_node'", info.Name, info.Shape.Type.Name)
 	}
 	switch mode {
 	case 4:

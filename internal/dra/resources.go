@@ -55,12 +55,10 @@ var (
 
 // NodeInfo is everything the ResourceSlice of one node is built from.
 type NodeInfo struct {
-	Name     string
-	Type     topology.InstanceType
+	Name string
+	// Shape is the node's type, LNC and device graph (neuron.Node.Shape).
+	Shape    *topology.Shape
 	Hardware *neuron.Node // what the Neuron driver reports
-	// LNC is the node's logical NeuronCore configuration (the type's default when the node does
-	// not set one).
-	LNC int
 	// NetworkNodes are EC2 network node layers 1 to 3 ("" where unknown).
 	NetworkNodes [3]string
 	// DriverVersion is this DRA driver's semantic version (attribute draDriverVersion).
@@ -73,11 +71,7 @@ type NodeInfo struct {
 // stands for all of them).
 func Resources(info NodeInfo, unhealthy []bool) resourceslice.DriverResources {
 	n := len(info.Hardware.Devices)
-	lnc := info.LNC
-	if lnc == 0 {
-		lnc = info.Type.DefaultLNC
-	}
-	coresPerDevice := info.Type.LogicalCoresPerDevice(lnc)
+	it, coresPerDevice := info.Shape.Type, info.Shape.CoresPerDevice
 	ultra := info.Hardware.UltraServer != nil
 	groups := deviceGroups(info.Hardware)
 
@@ -91,9 +85,9 @@ func Resources(info NodeInfo, unhealthy []bool) resourceslice.DriverResources {
 		attrs := commonAttributes(info)
 		attrs["deviceId"] = intAttr(i)
 		attrs["resourceType"] = strAttr(ResourceTypeDevice)
-		if info.Type.Topology == topology.KindTorus && n == 16 {
-			attrs["topology_x"] = intAttr(i / 4)
-			attrs["topology_y"] = intAttr(i % 4)
+		if row, col, ok := info.Shape.GridPosition(i); ok {
+			attrs["topology_x"] = intAttr(row)
+			attrs["topology_y"] = intAttr(col)
 			attrs["topology4_id"] = intAttr(i / 4)
 			attrs["topology8_id"] = intAttr(i / 8)
 		}
@@ -105,7 +99,7 @@ func Resources(info NodeInfo, unhealthy []bool) resourceslice.DriverResources {
 			Attributes: attrs,
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 				"cores":  {Value: *resource.NewQuantity(int64(coresPerDevice), resource.DecimalSI)},
-				"memory": {Value: *resource.NewQuantity(int64(info.Type.DeviceMemoryGiB)<<30, resource.BinarySI)},
+				"memory": {Value: *resource.NewQuantity(int64(it.DeviceMemoryGiB)<<30, resource.BinarySI)},
 			},
 		}
 		if ultra {
@@ -127,7 +121,7 @@ func Resources(info NodeInfo, unhealthy []bool) resourceslice.DriverResources {
 				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 					"devices": {Value: *resource.NewQuantity(int64(n), resource.DecimalSI)},
 					"cores":   {Value: *resource.NewQuantity(int64(n*coresPerDevice), resource.DecimalSI)},
-					"memory":  {Value: *resource.NewQuantity(int64(n*info.Type.DeviceMemoryGiB)<<30, resource.BinarySI)},
+					"memory":  {Value: *resource.NewQuantity(int64(n*it.DeviceMemoryGiB)<<30, resource.BinarySI)},
 				},
 				ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
 					CounterSet: counterSetName,
@@ -152,7 +146,7 @@ func Resources(info NodeInfo, unhealthy []bool) resourceslice.DriverResources {
 // commonAttributes are the attributes of every device of the node.
 func commonAttributes(info NodeInfo) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		"instanceType": strAttr(info.Type.Name),
+		"instanceType": strAttr(info.Shape.Type.Name),
 	}
 	if v := info.Hardware.DriverVersion; v != "" {
 		attrs["neuronDriverVersion"] = strAttr(v)

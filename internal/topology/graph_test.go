@@ -86,3 +86,27 @@ func TestShapeRejectsMismatchedGraph(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+func TestGridPosition(t *testing.T) {
+	trn, _ := DefaultCatalog().Get("trn2.48xlarge")
+	s, err := NewShape(trn, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, c, ok := s.GridPosition(6); !ok || r != 1 || c != 2 {
+		t.Errorf("GridPosition(6) = %d, %d, %v; want 1, 2, true", r, c, ok)
+	}
+	// Grid neighbours are linked: the row and column differ by one, wrapping.
+	for _, n := range s.Graph().Neighbors(5) {
+		r, c, _ := s.GridPosition(n)
+		if dr, dc := (r-1+4)%4, (c-1+4)%4; !(dr == 0 && (dc == 1 || dc == 3)) && !(dc == 0 && (dr == 1 || dr == 3)) {
+			t.Errorf("neighbour %d of device 5 at %d,%d is not next to 1,1", n, r, c)
+		}
+	}
+	inf, _ := DefaultCatalog().Get("inf2.48xlarge")
+	if s, _ := NewShape(inf, 0); s != nil {
+		if _, _, ok := s.GridPosition(0); ok {
+			t.Error("a ring has no grid")
+		}
+	}
+}

@@ -141,5 +141,14 @@ func (s *Shape) CoresOf(d int) []int {
 	return out
 }
 
+// GridPosition returns the row and column of device d in the 4x4 grid of a torus node (the
+// devices are numbered row-major, as Adjacency links them); ok is false on other topologies.
+func (s *Shape) GridPosition(d int) (row, col int, ok bool) {
+	if s.Kind() != KindTorus {
+		return 0, 0, false
+	}
+	return d / 4, d % 4, true
+}
+
 // DeviceOf returns the device of global core c.
 func (s *Shape) DeviceOf(c int) int { return c / s.CoresPerDevice }

@@ -79,7 +79,7 @@ func buildFleet(ctx context.Context, dir string, n int) (*fleet, error) {
 		if err != nil {
 			return nil, err
 		}
-		res := dra.Resources(dra.NodeInfo{Name: name, Type: shape.Type, Hardware: hw, LNC: shape.LNC, DriverVersion: dra.Version}, nil)
+		res := dra.Resources(dra.NodeInfo{Name: name, Shape: shape, Hardware: hw, DriverVersion: dra.Version}, nil)
 		pool, ok := res.Pools[name]
 		if !ok || len(pool.Slices) != 1 || len(pool.Slices[0].Devices) != it.Devices {
 			return nil, fmt.Errorf("node %s: want one slice of %d devices, got %+v", name, it.Devices, pool)
