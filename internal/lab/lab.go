@@ -16,9 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-neuron/kube-neuron/internal/labels"
@@ -504,21 +507,37 @@ func (l *Lab) WaitForNodeResource(ctx context.Context, node string, resource cor
 func (l *Lab) adoptLoop(ctx context.Context, cat *topology.Catalog) {
 	defer close(l.adoptDone)
 	logger := klog.FromContext(ctx)
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
+	// A node informer wakes the loop; the loop itself adopts and removes one node at a time.
+	factory := informers.NewSharedInformerFactory(l.client, 0)
+	lister := factory.Core().V1().Nodes().Lister()
+	wake := make(chan struct{}, 1)
+	kick := func(any) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: kick, UpdateFunc: func(_, obj any) { kick(obj) }, DeleteFunc: kick,
+	}); err != nil {
+		logger.Error(err, "Watching nodes for adoption")
+		return
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	factory.WaitForCacheSync(ctx.Done())
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-wake:
 		}
-		list, err := l.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		nodes, err := lister.List(k8slabels.Everything())
 		if err != nil {
 			continue
 		}
 		present := map[string]bool{}
-		for i := range list.Items {
-			node := &list.Items[i]
+		for _, node := range nodes {
 			if !strings.HasPrefix(node.Spec.ProviderID, LocalProviderIDPrefix) || node.DeletionTimestamp != nil {
 				continue
 			}
@@ -533,7 +552,8 @@ func (l *Lab) adoptLoop(ctx context.Context, cat *topology.Catalog) {
 			}
 			logger.Info("Adopting a node created through the API", "node", node.Name, "instanceType", spec.InstanceType.Name, "mode", spec.Mode)
 			if _, err := l.AddNode(ctx, spec); err != nil {
-				logger.Error(err, "Simulating an adopted node", "node", node.Name)
+				logger.Error(err, "Simulating an adopted node; trying again in a second", "node", node.Name)
+				time.AfterFunc(time.Second, func() { kick(nil) })
 				continue
 			}
 			l.mu.Lock()
