@@ -4,19 +4,19 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
@@ -39,7 +38,7 @@ type Options struct {
 	Policy  topology.Policy
 	// LeaseNamespace holds the per-node bind Leases (kube-neuron-bind-<node>).
 	LeaseNamespace string
-	// Identity names this replica in the Leases; the hostname by default.
+	// Identity names this replica in the Leases; the hostname and a random suffix by default.
 	Identity string
 	// Now returns the time; time.Now by default.
 	Now func() time.Time
@@ -66,19 +65,13 @@ type Extender struct {
 	memo       scoreMemo
 
 	leasesMu  sync.Mutex
-	leases    map[string]*coordinationv1.Lease // node -> the Lease as our last update left it
-	stalePods map[string]struct{}              // pods whose cached copy lost a conflict: read them fresh
-	binds     map[string]*bindLog              // node -> this replica's decisions other replicas must wait for
-}
-
-// bindLog is what a node's next Lease update lists for other replicas to wait for: this
-// replica's decisions whose Binding is still in flight, and those completed since the last
-// update. Waiting for all of them, a replica sees every decision made before the Lease it read:
-// an older decision completed before the previous update, so before the Binding of a listed
-// in-flight one, and a pod informer delivers events in that order.
-type bindLog struct {
-	inflight map[types.UID]lastBind
-	done     []lastBind
+	holds     map[string]*hold       // node -> this replica's hold on the node's Lease
+	inflight  map[string]int         // node -> Bindings of this replica's decisions still posting
+	observed  map[string]observation // node -> when this replica first saw the Lease's current holder and renewal
+	releasing map[string]bool        // node -> a release is under way
+	stalePods map[string]struct{}    // pods whose cached copy lost a conflict: read them fresh
+	leaseInf  cache.SharedIndexInformer
+	closing   atomic.Bool // Shutdown began: no new decisions
 }
 
 const byRecordNode = "recordNode"
@@ -98,12 +91,14 @@ func New(o Options) (*Extender, error) {
 		o.LeaseNamespace = metav1.NamespaceSystem
 	}
 	if o.Identity == "" {
-		o.Identity, _ = os.Hostname()
+		// A restarted process is a new holder: it does not know its predecessor's decisions.
+		host, _ := os.Hostname()
+		o.Identity = host + "_" + string(uuid.NewUUID())
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}, leases: map[string]*coordinationv1.Lease{}, binds: map[string]*bindLog{}, usageCache: newUsageCache()}, nil
+	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}, holds: map[string]*hold{}, inflight: map[string]int{}, observed: map[string]observation{}, releasing: map[string]bool{}, usageCache: newUsageCache()}, nil
 }
 
 // Start runs the informers and returns once their caches have synced.
@@ -127,10 +122,22 @@ func (e *Extender) Start(ctx context.Context) error {
 		return err
 	}
 	e.nodes = factory.Core().V1().Nodes().Lister()
+	leaseFactory := informers.NewSharedInformerFactoryWithOptions(e.o.Client, 0, informers.WithNamespace(e.o.LeaseNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = leaseLabel + "=" + leaseLabelValue }))
+	e.leaseInf = leaseFactory.Coordination().V1().Leases().Informer()
+	if _, err := e.leaseInf.AddEventHandler(e.leaseHandler(ctx)); err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
+	leaseFactory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("the %v cache did not sync: check the extender's RBAC (pods and nodes get/list/watch)", typ)
+		}
+	}
+	for typ, ok := range leaseFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("the %v cache did not sync: check the extender's RBAC (leases get/list/watch in namespace %s)", typ, e.o.LeaseNamespace)
 		}
 	}
 	bcast := record.NewBroadcaster(record.WithContext(ctx))
@@ -299,28 +306,13 @@ func LeaseName(node string) string {
 	return name
 }
 
-// lastBindAnnotation on a node's bind Lease names the pod of the latest bind decision;
-// pendingBindsAnnotation lists every decision a replica must see before it decides for the node
-// (see bindLog). Replicas that predate the list read only the first.
-const (
-	lastBindAnnotation     = "kube-neuron.io/last-bind"
-	pendingBindsAnnotation = "kube-neuron.io/pending-binds"
-)
-
-type lastBind struct {
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
-	UID       types.UID `json:"uid"`
-}
-
-// Bind chooses the pod's devices on the node, writes the allocation record on the pod and binds
-// it. Decisions for one node are sequenced through the node's Lease with optimistic concurrency:
-// a decision counts only if the Lease did not change since the usage it was made on was read, and
-// a replica first waits until its cache has every decision the Lease lists, so two binds, also
-// from two replicas, can never choose the same devices. Within a replica the node lock covers
-// the decision only: the Binding is posted after it is released, while the decision already
-// counts in this replica's usage, so binds to one node overlap. A failed bind removes what it
-// wrote.
+// Bind chooses the pod's devices on the node and binds it with a Binding that carries the
+// allocation record. Only the replica that holds the node's Lease decides for the node (see
+// ownership.go): while it holds it, decisions cost no write but the Binding, and a replica that
+// takes the Lease over first waits until its cache shows every decision made before. Within a
+// replica the node lock covers the decision only: the Binding is posted after it is released,
+// while the decision already counts in this replica's usage, so binds to one node overlap. A
+// failed bind removes what it wrote.
 func (e *Extender) Bind(ctx context.Context, ns, name string, uid types.UID, node string) error {
 	start := e.o.Now()
 	defer func() { e.metrics.bindSeconds.Observe(e.o.Now().Sub(start).Seconds()) }()
@@ -349,17 +341,14 @@ func (e *Extender) Bind(ctx context.Context, ns, name string, uid types.UID, nod
 
 var errRetry = errors.New("retry")
 
-// decide makes the bind decision under the node's lock and returns what posts it.
+// decide makes the bind decision under the node's lock, holding the node's Lease, and returns
+// what posts it.
 func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, node string) (func(context.Context) error, error) {
 	lock := e.nodeLock(node)
 	lock.Lock()
 	defer lock.Unlock()
-	leases := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace)
-	lease, err := e.lease(ctx, node)
+	deadline, err := e.own(ctx, node)
 	if err != nil {
-		return nil, err
-	}
-	if err := e.waitForBinds(ctx, lease, node); err != nil {
 		return nil, err
 	}
 	_, shape, err := e.nodeShape(node)
@@ -383,7 +372,7 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 	}
 	reqs := allocation.PodRequests(pod)
 	if len(reqs) == 0 {
-		return func(ctx context.Context) error { return e.post(ctx, binding, node, nil, 0) }, nil
+		return func(ctx context.Context) error { return e.post(ctx, binding, node, nil, 0, deadline) }, nil
 	}
 	containers, _, err := allocation.Plan(e.freshUsage(ctx, shape, node, pod.UID), reqs, e.o.Policy)
 	if err != nil {
@@ -393,48 +382,44 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 	rec := &allocation.Record{Node: node, Containers: containers}
 	binding.Annotations = rec.Annotations()
 	binding.Annotations[allocation.AllocTime] = strconv.FormatInt(e.o.Now().UnixNano(), 10)
-	// The decision counts once the node's Lease takes it: an update refused for a changed
-	// resourceVersion means another decision for the node came first.
-	this := lastBind{Namespace: ns, Name: name, UID: uid}
-	next := lease.DeepCopy()
-	if next.Annotations == nil {
-		next.Annotations = map[string]string{}
-	}
-	last, _ := json.Marshal(this)
-	pending, _ := json.Marshal(e.pendingBinds(node, this))
-	next.Annotations[lastBindAnnotation] = string(last)
-	next.Annotations[pendingBindsAnnotation] = string(pending)
-	next.Spec.HolderIdentity = ptr.To(e.o.Identity)
-	next.Spec.RenewTime = &metav1.MicroTime{Time: e.o.Now()}
-	updated, err := leases.Update(ctx, next, metav1.UpdateOptions{})
-	if err != nil {
-		e.forgetLease(node)
-		if apierrors.IsConflict(err) {
-			return nil, fmt.Errorf("%w: another decision for node %s came first", errRetry, node)
-		}
-		return nil, fmt.Errorf("updating the bind lease of node %s: %w", node, err)
-	}
-	e.keepLease(node, updated)
-	// From here the decision counts in this replica's usage, before its Binding is posted.
-	e.startBind(node, this)
+	// From here the decision counts in this replica's usage, before its Binding is posted, and a
+	// release of the Lease waits for the Binding.
+	e.startBind(node)
 	seq := e.usageCache.remember(node, uid, ns+"/"+name, rec)
-	return func(ctx context.Context) error { return e.post(ctx, binding, node, rec, seq) }, nil
+	return func(ctx context.Context) error { return e.post(ctx, binding, node, rec, seq, deadline) }, nil
 }
 
 // post posts the Binding of a decision made by decide (seq: its number in the usage cache) and
-// settles the decision.
-func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node string, rec *allocation.Record, seq uint64) error {
+// settles the decision. The Binding must be answered by deadline, before another replica could
+// take the node's Lease over.
+func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node string, rec *allocation.Record, seq uint64, deadline time.Time) error {
 	ns, name, uid := binding.Namespace, binding.Name, binding.UID
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(ns, name), "node", node)
-	err := e.o.Client.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
-	// Only a definite refusal means nothing was written; after a timeout or a server error the
-	// binding may have been applied, and other replicas must still wait for it.
-	definite := err != nil && (apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err))
+	var err error
+	late := false
 	if rec != nil {
-		e.endBind(node, uid, definite)
+		// Another replica may take the node over once this one's Lease has expired; the Binding
+		// must have landed or failed by then (see ownership.go).
+		if left := deadline.Sub(e.o.Now()); left > 0 {
+			pctx, cancel := context.WithTimeout(ctx, left)
+			err = e.o.Client.CoreV1().Pods(ns).Bind(pctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
+			cancel()
+		} else {
+			late = true
+			err = fmt.Errorf("%w: the decision for pod %s/%s on node %s is older than this replica's hold on the node's Lease; deciding again", errRetry, ns, name, node)
+		}
+		e.endBind(node)
+	} else {
+		err = e.o.Client.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
 	}
+	// Only a definite refusal means nothing was written; after a timeout or a server error the
+	// binding may have been applied, so the decision keeps counting until the informer shows it.
+	definite := late || (err != nil && (apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)))
 	if definite && rec != nil {
 		e.usageCache.failedBind(node, uid, seq)
+	}
+	if late {
+		return err
 	}
 	if err != nil {
 		if apierrors.IsConflict(err) && rec != nil {
@@ -453,93 +438,6 @@ func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node strin
 		logger.V(2).Info("Bound a pod without Neuron requests")
 	}
 	return nil
-}
-
-// pendingBinds returns what the node's next Lease update lists (this decision first) and starts
-// a new list of completed decisions.
-func (e *Extender) pendingBinds(node string, this lastBind) []lastBind {
-	e.leasesMu.Lock()
-	defer e.leasesMu.Unlock()
-	out := []lastBind{this}
-	l := e.binds[node]
-	if l == nil {
-		return out
-	}
-	for _, b := range l.inflight {
-		out = append(out, b)
-	}
-	out = append(out, l.done...)
-	l.done = nil
-	return out
-}
-
-func (e *Extender) startBind(node string, b lastBind) {
-	e.leasesMu.Lock()
-	defer e.leasesMu.Unlock()
-	l := e.binds[node]
-	if l == nil {
-		l = &bindLog{inflight: map[types.UID]lastBind{}}
-		e.binds[node] = l
-	}
-	l.inflight[b.UID] = b
-}
-
-// endBind moves a decision from in flight to done; one whose Binding definitely failed wrote
-// nothing, so no replica needs to wait for it.
-func (e *Extender) endBind(node string, uid types.UID, failed bool) {
-	e.leasesMu.Lock()
-	defer e.leasesMu.Unlock()
-	l := e.binds[node]
-	if l == nil {
-		return
-	}
-	b, ok := l.inflight[uid]
-	delete(l.inflight, uid)
-	if ok && !failed {
-		l.done = append(l.done, b)
-	}
-	if len(l.inflight) == 0 && len(l.done) == 0 {
-		delete(e.binds, node)
-	}
-}
-
-// lease returns the node's bind Lease: as this replica's last update left it, else read (or
-// created).
-func (e *Extender) lease(ctx context.Context, node string) (*coordinationv1.Lease, error) {
-	e.leasesMu.Lock()
-	l := e.leases[node]
-	e.leasesMu.Unlock()
-	if l != nil {
-		return l, nil
-	}
-	leases := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace)
-	l, err := leases.Get(ctx, LeaseName(node), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		l, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: LeaseName(node), Labels: map[string]string{"app.kubernetes.io/managed-by": "neuron-scheduler-extender"}},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(e.o.Identity)},
-		}, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("%w: lease created concurrently", errRetry)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the bind lease of node %s in namespace %s (check the extender's RBAC for leases): %w", node, e.o.LeaseNamespace, err)
-	}
-	e.keepLease(node, l)
-	return l, nil
-}
-
-func (e *Extender) keepLease(node string, l *coordinationv1.Lease) {
-	e.leasesMu.Lock()
-	e.leases[node] = l
-	e.leasesMu.Unlock()
-}
-
-func (e *Extender) forgetLease(node string) {
-	e.leasesMu.Lock()
-	delete(e.leases, node)
-	e.leasesMu.Unlock()
 }
 
 // pod returns the pod from the informer's cache, or from the API server when the cache does
@@ -579,49 +477,22 @@ func (e *Extender) forgetPod(ns, name string) {
 	e.leasesMu.Unlock()
 }
 
-// waitForBinds waits until the pod informer has every decision the node's Lease lists (the
-// pod with its record, or the pod gone or bound elsewhere), so that the usage read next includes
-// them. This replica's own decisions count already (or failed); a decision whose record never
-// shows within 5 seconds was rolled back.
-func (e *Extender) waitForBinds(ctx context.Context, lease *coordinationv1.Lease, node string) error {
-	var binds []lastBind
-	if v, ok := lease.Annotations[pendingBindsAnnotation]; ok {
-		_ = json.Unmarshal([]byte(v), &binds)
-	} else if v, ok := lease.Annotations[lastBindAnnotation]; ok {
-		var last lastBind
-		if json.Unmarshal([]byte(v), &last) == nil {
-			binds = []lastBind{last}
-		}
+// bindVisible reports whether the informer shows how a decision for the pod ended: the pod with
+// its record naming the node, or the pod gone, replaced or bound elsewhere.
+func (e *Extender) bindVisible(node, ns, name string, uid types.UID) bool {
+	if e.usageCache.known(node, uid) {
+		return true // this replica's own decision: counted already
 	}
-	deadline := e.o.Now().Add(5 * time.Second)
-	for _, b := range binds {
-		if e.usageCache.known(node, b.UID) {
-			continue
-		}
-		for !e.bindVisible(node, b) && e.o.Now().Before(deadline) {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}
-	return nil
-}
-
-// bindVisible reports whether the informer shows how a decision ended.
-func (e *Extender) bindVisible(node string, b lastBind) bool {
-	obj, exists, _ := e.pods.GetStore().GetByKey(b.Namespace + "/" + b.Name)
+	obj, exists, _ := e.pods.GetStore().GetByKey(ns + "/" + name)
 	if !exists {
 		return true
 	}
 	pod := obj.(*corev1.Pod)
-	if pod.UID != b.UID {
+	if pod.UID != uid {
 		return true
 	}
 	if r, err := allocation.RecordOf(pod); err == nil && r != nil && r.Node == node {
 		return true
 	}
-	// That bind failed: the pod went away or elsewhere.
 	return pod.DeletionTimestamp != nil || (pod.Spec.NodeName != "" && pod.Spec.NodeName != node)
 }

@@ -9,6 +9,7 @@ type metrics struct {
 	allocations   *prometheus.CounterVec
 	refusals      *prometheus.CounterVec
 	bindConflicts prometheus.Counter
+	leaseWrites   *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -30,7 +31,10 @@ func newMetrics() *metrics {
 		bindConflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "neuron_scheduler_extender_bind_retries_total", Help: "Bind decisions retried because another decision for the same node came first.",
 		}),
+		leaseWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "neuron_scheduler_extender_lease_writes_total", Help: "Writes of the per-node bind Leases, by reason (acquire, renew, request: asking the holder for a handover, release).",
+		}, []string{"reason"}),
 	}
-	m.registry.MustRegister(m.filterSeconds, m.bindSeconds, m.allocations, m.refusals, m.bindConflicts)
+	m.registry.MustRegister(m.filterSeconds, m.bindSeconds, m.allocations, m.refusals, m.bindConflicts, m.leaseWrites)
 	return m
 }

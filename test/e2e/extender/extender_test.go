@@ -305,7 +305,9 @@ func TestTwoReplicasNeverShareDevices(t *testing.T) {
 	const pods = 40
 	for i := range pods {
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("race-%02d", i), Namespace: ns},
+			// The simulated kubelet leaves the pods alone: this test is about the records the
+			// replicas write, read in one snapshot, not about admission (TestChurn covers that).
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("race-%02d", i), Namespace: ns, Annotations: map[string]string{lab.HoldAdmissionAnnotation: "true"}},
 			Spec: corev1.PodSpec{
 				SchedulerName: "nobody", // left to the test
 				Tolerations:   []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
