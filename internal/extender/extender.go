@@ -63,6 +63,7 @@ type Extender struct {
 
 	usageCache *usageCache
 	memo       scoreMemo
+	placements placementCache
 
 	leasesMu  sync.Mutex
 	holds     map[string]*hold       // node -> this replica's hold on the node's Lease
@@ -196,6 +197,7 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
 	failed, unresolvable = map[string]string{}, map[string]string{}
 	reqs := allocation.PodRequests(pod)
+	key := placementKey(pod, reqs)
 	var unsupported string
 	memo := make(map[string]memoScore, len(names))
 	defer func() { e.memo.put(pod.UID, memo, e.o.Now()) }()
@@ -209,10 +211,9 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 			unresolvable[name] = err.Error()
 			continue
 		}
-		gen := e.usageCache.generation(name)
-		_, score, err := allocation.Plan(e.usage(ctx, shape, name, pod.UID), reqs, e.o.Policy)
+		gen, score, err := e.place(ctx, shape, name, pod.UID, reqs, key)
 		if err == nil {
-			memo[name] = memoScore{gen: gen, score: ExtenderScore(score)}
+			memo[name] = memoScore{gen: gen, score: score}
 		}
 		if err != nil {
 			if Unresolvable(err) {
@@ -259,6 +260,7 @@ func (e *Extender) warn(pod *corev1.Pod, reason, msg string) {
 // stay free.
 func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []string) map[string]int64 {
 	reqs := allocation.PodRequests(pod)
+	key := placementKey(pod, reqs)
 	out := make(map[string]int64, len(names))
 	memo := e.memo.take(pod.UID)
 	for _, name := range names {
@@ -275,12 +277,12 @@ func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []stri
 			out[name] = 0
 			continue
 		}
-		_, score, err := allocation.Plan(e.usage(ctx, shape, name, pod.UID), reqs, e.o.Policy)
+		_, score, err := e.place(ctx, shape, name, pod.UID, reqs, key)
 		if err != nil {
 			out[name] = 0
 			continue
 		}
-		out[name] = ExtenderScore(score)
+		out[name] = score
 	}
 	return out
 }

@@ -651,3 +651,34 @@ func TestUsageCacheKeepsOtherDecisionsOfAPod(t *testing.T) {
 		t.Error("both decisions failed but one still counts")
 	}
 }
+
+// TestFilterSeesChangesAfterCaching: filter's cached placements are dropped when the node's
+// usage changes, by this replica's bind or by another pod's record arriving through the
+// informer.
+func TestFilterSeesChangesAfterCaching(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	p := testPod("p").neuron(8).obj()
+	for range 2 { // the second call is answered from the cache
+		if passed, _, _ := e.Filter(ctx, p, []string{"trn-empty"}); len(passed) != 1 {
+			t.Fatal("an 8-device pod must fit the empty trn1.32xlarge")
+		}
+	}
+	// Another replica's pod takes devices 0-7; 8-15 are still free for one more.
+	createPod(t, ctx, client, testPod("a").neuron(8).record("trn-empty", 0, 1, 2, 3, 4, 5, 6, 7).obj())
+	waitFor(t, 5*time.Second, "the informer to show pod a", func() bool {
+		_, ok, _ := e.pods.GetStore().GetByKey("default/a")
+		return ok
+	})
+	if passed, _, _ := e.Filter(ctx, p, []string{"trn-empty"}); len(passed) != 1 {
+		t.Fatal("devices 8-15 are still free")
+	}
+	// And now it takes them (this replica's bind, which the informer may not show yet).
+	q := createPod(t, ctx, client, testPod("q").neuron(8).obj())
+	if err := e.Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil {
+		t.Fatal(err)
+	}
+	passed, failed, _ := e.Filter(ctx, p, []string{"trn-empty"})
+	if len(passed) != 0 || failed["trn-empty"] == "" {
+		t.Fatalf("after this replica's bind the node is full: passed %v failed %v", passed, failed)
+	}
+}

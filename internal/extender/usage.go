@@ -3,6 +3,8 @@ package extender
 import (
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -234,4 +236,104 @@ func (m *scoreMemo) take(uid types.UID) map[string]memoScore {
 	}
 	delete(m.pods, uid)
 	return e.scores
+}
+
+// placementCache keeps, per node, whether and how well each request shape fits at the node's
+// current usage generation: filter places every pending pod on every node the scheduler sends,
+// and between two pods only the nodes a decision or an informer event touched change. A bind
+// decision never uses it (it plans on fresh usage).
+type placementCache struct {
+	mu    sync.Mutex
+	nodes map[string]*nodePlacements
+}
+
+type nodePlacements struct {
+	gen   uint64
+	shape *topology.Shape
+	fits  map[string]placement // placementKey -> result
+}
+
+type placement struct {
+	score int64
+	err   error
+}
+
+// placementKey identifies what a placement depends on besides the node: the policy is the
+// extender's, and the containers' names do not matter, only their resources and counts in
+// order. "" for a pod whose own record must be left out of the usage (it is not cached).
+func placementKey(pod *corev1.Pod, reqs []allocation.Request) string {
+	if _, has := pod.Annotations[allocation.Annotation]; has {
+		return ""
+	}
+	var b strings.Builder
+	for _, r := range reqs {
+		b.WriteString(r.Resource)
+		b.WriteByte('=')
+		b.WriteString(strconv.Itoa(r.Count))
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
+// place returns the node's usage generation and the extender score of the pod's requests on the
+// node, or why they do not fit, from the cache when nothing changed on the node since.
+func (e *Extender) place(ctx context.Context, shape *topology.Shape, node string, uid types.UID, reqs []allocation.Request, key string) (uint64, int64, error) {
+	gen, recent := e.usageCache.generationFor(node, uid)
+	cacheable := key != "" && !recent // a recent decision for this pod counts in the usage: leave it out
+	if cacheable {
+		if p, ok := e.placements.get(node, gen, shape, key); ok {
+			return gen, p.score, p.err
+		}
+	}
+	_, s, err := allocation.Plan(e.usage(ctx, shape, node, uid), reqs, e.o.Policy)
+	score := ExtenderScore(s)
+	if cacheable {
+		e.placements.put(node, gen, shape, key, placement{score: score, err: err})
+	}
+	return gen, score, err
+}
+
+func (c *placementCache) reset() {
+	c.mu.Lock()
+	c.nodes = nil
+	c.mu.Unlock()
+}
+
+func (c *placementCache) get(node string, gen uint64, shape *topology.Shape, key string) (placement, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[node]
+	if n == nil || n.gen != gen || n.shape != shape {
+		return placement{}, false
+	}
+	p, ok := n.fits[key]
+	return p, ok
+}
+
+func (c *placementCache) put(node string, gen uint64, shape *topology.Shape, key string, p placement) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes == nil {
+		c.nodes = map[string]*nodePlacements{}
+	}
+	n := c.nodes[node]
+	if n == nil || n.gen != gen || n.shape != shape {
+		if n != nil && n.gen > gen {
+			return // computed on an older generation than the one cached
+		}
+		n = &nodePlacements{gen: gen, shape: shape, fits: map[string]placement{}}
+		c.nodes[node] = n
+	}
+	if len(n.fits) < 64 {
+		n.fits[key] = p
+	}
+}
+
+// generationFor returns the node's usage generation and whether uid has a recent decision of
+// this replica on the node.
+func (c *usageCache) generationFor(node string, uid types.UID) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, recent := c.recent[node][uid]
+	return c.gen[node], recent
 }
