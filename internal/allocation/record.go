@@ -1,6 +1,8 @@
 // Package allocation is the contract between the scheduler extender and the device plugin: the
 // pod annotation kube-neuron.io/allocation (the source of truth, one entry per Neuron container)
-// and the published Neuron stack's annotation keys, written as single-key merge patches.
+// and the published Neuron stack's annotation keys, written as single-key merge patches. Pods the
+// published stack placed, with only its keys, get a record derived from them (PublishedRecord),
+// so that kube-neuron takes over its nodes without giving their devices twice.
 package allocation
 
 import (

@@ -24,11 +24,15 @@ func Counts(pod *corev1.Pod) bool {
 }
 
 // RecordOf returns the pod's allocation record, nil when it has none; a malformed record is an
-// error that names the pod.
+// error that names the pod. A pod without a record of ours that the published Neuron stack
+// placed (AWS_NEURON_IDS on a bound pod that has not terminated) gets the record PublishedRecord
+// derives from its annotations, so that the extender, the device plugin and kubectl-neuron count
+// it like any other: a node taken over from the published stack keeps its running pods' devices.
 func RecordOf(pod *corev1.Pod) (*Record, error) {
 	v, ok := pod.Annotations[Annotation]
 	if !ok {
-		return nil, nil
+		r, _, err := PublishedRecord(pod)
+		return r, err
 	}
 	r, err := Parse(v)
 	if err != nil {
@@ -50,7 +54,9 @@ func AllocTimeOf(pod *corev1.Pod) int64 {
 // container entry of every pod whose record names the node and that has not terminated. Entries
 // are applied oldest NEURON_ALLOC_TIME first; an entry that does not fit the node, or overlaps
 // an earlier one, is not applied and comes back as a problem (it can only come from a record
-// written by hand or by another tool).
+// written by hand or by another tool). Records are those of RecordOf, so pods the published
+// Neuron stack placed count too; the published extension's node annotations
+// (NEURON_DEV_USAGE_MAP, NEURON_CORE_USAGE_MAP) are never read, whatever they hold.
 func NodeUsage(shape *topology.Shape, node string, pods []*corev1.Pod) (*topology.Usage, []Holder, []error) {
 	type entry struct {
 		pod  *corev1.Pod
@@ -94,7 +100,11 @@ func NodeUsage(shape *topology.Shape, node string, pods []*corev1.Pod) (*topolog
 			err = u.Allocate(hw)
 		}
 		if err != nil {
-			problems = append(problems, fmt.Errorf("pod %s/%s container %s: %w", e.pod.Namespace, e.pod.Name, e.c.Name, err))
+			err = fmt.Errorf("pod %s/%s container %s: %w", e.pod.Namespace, e.pod.Name, e.c.Name, err)
+			if FromPublishedStack(e.pod) {
+				err = fmt.Errorf("%w (the ids come from %s %q, left by the published Neuron scheduler extension: delete the pod so that it is scheduled again)", err, AWSNeuronIDs, e.pod.Annotations[AWSNeuronIDs])
+			}
+			problems = append(problems, err)
 			continue
 		}
 		holders = append(holders, Holder{Namespace: e.pod.Namespace, Name: e.pod.Name, UID: string(e.pod.UID), Container: e.c, Hardware: hw})

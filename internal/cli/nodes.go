@@ -91,7 +91,9 @@ and its devices and cores in use. The table is followed by each node's topology 
 marked with the letter of the pod that holds it (--no-map leaves the maps out).
 
 What is in use comes from:
-  device-plugin nodes  the kube-neuron.io/allocation record of every pod that has not terminated
+  device-plugin nodes  the kube-neuron.io/allocation record of every pod that has not terminated;
+                       for a pod the published Neuron stack placed, its AWS_NEURON_IDS (the
+                       nodes' NEURON_DEV_USAGE_MAP and NEURON_CORE_USAGE_MAP are not read)
   dra nodes            the allocated resource.k8s.io/v1 ResourceClaims: a result of driver
                        neuron.aws.com in the node's pool for device neurondeviceN holds device N
 A record or claim that does not fit the node or overlaps another is not counted and is reported
@@ -370,6 +372,12 @@ func recordPods(ctx context.Context, client kubernetes.Interface, warn func(stri
 			if err != nil {
 				warn("%v: not counted", err)
 				continue
+			}
+			if allocation.FromPublishedStack(pod) {
+				_, notes, _ := allocation.PublishedRecord(pod)
+				for _, n := range notes {
+					warn("%s", n)
+				}
 			}
 			if r != nil {
 				byNode[r.Node] = append(byNode[r.Node], pod)

@@ -29,16 +29,19 @@ func (p *Plugin) candidates() []Candidate {
 
 // match finds the record entry a call is for. The kubelet and the plugin learn of a newly bound
 // pod through different watches, so when the cache has no match, the node's pods are read again
-// from the API server before the call falls back to the kubelet's ids.
+// from the API server before the call falls back to the kubelet's ids. So they are when the
+// cache's only match is a pod of the published stack that the kubelet had not admitted: the call
+// is more likely for a pod the extender has just bound (see Match).
 func (p *Plugin) match(ctx context.Context, resource string, count int) (Candidate, []Candidate, bool) {
 	cands := p.candidates()
-	if c, ok := Match(cands, resource, count, p.inflightSkip()); ok {
-		return c, cands, true
+	cached, ok := Match(cands, resource, count, p.inflightSkip())
+	if ok && !cached.Published {
+		return cached, cands, true
 	}
 	list, err := p.o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.o.NodeName})
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Listing the node's pods failed", "err", err)
-		return Candidate{}, cands, false
+		return cached, cands, ok
 	}
 	pods := make([]*corev1.Pod, len(list.Items))
 	for i := range list.Items {
@@ -49,30 +52,76 @@ func (p *Plugin) match(ctx context.Context, resource string, count int) (Candida
 	return c, cands, ok
 }
 
+// candidatesOf returns the container entries of the pods' records (ours, or derived from the
+// published Neuron stack's annotations: see allocation.RecordOf). A derived entry whose container
+// the kubelet already holds devices for (its PodResources show it: the published device plugin
+// served it, though NEURON_ALLOCATED may still say false) is marked served: an Allocate call can
+// no longer be for it, except a call again for the same ids, which allocate answers before
+// matching. (Entries of our records are marked served by the plugin itself, and the swap of
+// records admitted in reverse order relies on their unserved entries.)
 func (p *Plugin) candidatesOf(pods []*corev1.Pod) []Candidate {
+	p.mu.Lock()
+	admitted := map[string]bool{}
+	for _, h := range p.holdings {
+		if h.Admitted {
+			admitted[h.PodUID+"/"+h.Container+"/"+h.Resource] = true
+		}
+	}
+	p.mu.Unlock()
 	var out []Candidate
 	for _, pod := range pods {
 		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		v, ok := pod.Annotations[allocation.Annotation]
-		if !ok {
+		r, err := allocation.RecordOf(pod)
+		if err != nil || r == nil || r.Node != p.o.NodeName {
 			continue
 		}
-		r, err := allocation.Parse(v)
-		if err != nil || r.Node != p.o.NodeName {
-			continue
-		}
-		t, err := strconv.ParseInt(pod.Annotations[allocation.AllocTime], 10, 64)
-		if err != nil {
-			t = 1<<63 - 1
-		}
+		t := allocation.AllocTimeOf(pod)
+		published := allocation.FromPublishedStack(pod)
 		for i, c := range r.Containers {
+			if published && admitted[string(pod.UID)+"/"+c.Name+"/"+c.Resource] {
+				c.Served = true
+			}
 			out = append(out, Candidate{Pod: pod.Namespace + "/" + pod.Name, PodUID: string(pod.UID), AllocTime: t,
-				Created: pod.CreationTimestamp.UnixNano(), Container: c, Index: i})
+				Created: pod.CreationTimestamp.UnixNano(), Container: c, Index: i, Published: published})
 		}
 	}
 	return out
+}
+
+// reallocation returns the holding of a container the kubelet's PodResources show holding
+// exactly ids in this pool, of a pod that runs and is not being deleted: the kubelet hands a
+// container's ids to no other container, so a call with them is the kubelet asking again for that
+// container (after a kubelet restart, when the container starts again), and it must get the same
+// hardware, also when the ids are not that hardware (a record of the scheduler extender, or of
+// the published Neuron stack, served on other ids than the kubelet's). A pod that does not run
+// yet is left out: the kubelet may have released its ids for a failed admission that the
+// plugin has not seen.
+func (p *Plugin) reallocation(resource string, ids []string) (Holding, bool) {
+	p.mu.Lock()
+	var found *Holding
+	for i := range p.holdings {
+		h := &p.holdings[i]
+		if h.Admitted && h.Resource == resource && h.PodUID != "" && slices.Equal(h.KubeletIDs, ids) {
+			found = h
+			break
+		}
+	}
+	var h Holding
+	if found != nil {
+		h = *found
+	}
+	p.mu.Unlock()
+	if found == nil {
+		return Holding{}, false
+	}
+	ns, name, _ := strings.Cut(h.Pod, "/")
+	pod, err := p.pods.Pods(ns).Get(name)
+	if err != nil || string(pod.UID) != h.PodUID || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return Holding{}, false
+	}
+	return h, true
 }
 
 func (p *Plugin) inflightSkip() map[string]bool {
@@ -191,15 +240,27 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 	var matched *Candidate
 	source := "kubelet"
 	var cands []Candidate
-	if p.o.Source != SourceKubelet {
+	again, isAgain := p.reallocation(resource, ids)
+	if isAgain {
+		hw, source = again.Hardware, "again"
+		matched = &Candidate{Pod: again.Pod, PodUID: again.PodUID, Container: allocation.Container{Name: again.Container, Resource: resource}}
+		logger.V(2).Info("The kubelet asks again for a container it already holds these ids for: serving the same hardware", "pod", again.Pod, "container", again.Container)
+	} else if p.o.Source != SourceKubelet {
 		var c Candidate
 		var ok bool
 		if c, cands, ok = p.match(ctx, resource, len(ids)); ok {
 			if hw, err = c.Container.Hardware(p.shape); err != nil {
-				return nil, fmt.Errorf("pod %s container %s: its %s record does not fit this %s node: %w; delete the pod so that the scheduler extender places it again",
-					c.Pod, c.Container.Name, allocation.Annotation, p.shape.Type.Name, err)
+				what := allocation.Annotation + " record"
+				if c.Published {
+					what = allocation.AWSNeuronIDs + " annotation (left by the published Neuron scheduler extension)"
+				}
+				return nil, fmt.Errorf("pod %s container %s: its %s does not fit this %s node: %w; delete the pod so that the scheduler extender places it again",
+					c.Pod, c.Container.Name, what, p.shape.Type.Name, err)
 			}
 			matched, source = &c, "extender"
+			if c.Published {
+				source = "published"
+			}
 		} else if p.o.Source == SourceExtender {
 			return nil, fmt.Errorf("no pod bound to node %s has a container waiting for %d %s in its %s annotation (pods waiting for %s here: %s; records: %s). Schedule the pod with the scheduler extender (schedulerName: my-scheduler), or run the plugin with --allocation-source=auto to serve pods scheduled without it",
 				p.o.NodeName, len(ids), resource, allocation.Annotation, resource, p.waitingPods(resource, len(ids)), describe(cands, resource))
@@ -256,14 +317,16 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 	entry := servedEntry{hw: hw, resource: resource, kubelet: ids, at: time.Now()}
 	if matched != nil {
 		entry.podUID, entry.container = matched.PodUID, matched.Container.Name
-		p.inflight[matched.PodUID+"/"+matched.Container.Name] = time.Now()
+		if !isAgain {
+			p.inflight[matched.PodUID+"/"+matched.Container.Name] = time.Now()
+		}
 	}
 	p.served[key] = entry
 	p.holdings = append(p.holdings, Holding{Pod: who, PodUID: podUID, Resource: resource, KubeletIDs: ids, Hardware: hw})
 	p.mu.Unlock()
 	p.metrics.allocations.WithLabelValues(resource, source).Inc()
 	logger.Info("Allocated", "pod", who, "source", source, "kubeletIDs", ids, "devices", hw.Devices, "cores", hw.Cores)
-	if matched != nil {
+	if matched != nil && !isAgain {
 		if err := p.fixRecord(ctx, recordFix{pod: matched.Pod, podUID: matched.PodUID, container: matched.Container.Name, resource: resource, hw: hw, served: true}); err != nil {
 			logger.Error(err, "Marking the container served; the next refresh retries", "pod", matched.Pod)
 		}

@@ -20,7 +20,7 @@ func newMetrics() *metrics {
 		registry: prometheus.NewRegistry(),
 		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "neuron_device_plugin_allocations_total",
-			Help: "Containers served by Allocate, by resource and by where the devices came from (extender record or kubelet ids).",
+			Help: "Containers served by Allocate, by resource and by where the devices came from: extender (a kube-neuron.io/allocation record), published (AWS_NEURON_IDS left by the published Neuron stack), kubelet (the kubelet's ids), again (the kubelet asked again for a container it holds ids for: the same hardware).",
 		}, []string{"resource", "source"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "neuron_device_plugin_allocation_failures_total",

@@ -99,6 +99,7 @@ type Plugin struct {
 	inflight   map[string]time.Time   // podUID/container matched by calls whose patch is in flight
 	pools      map[string]*pool
 	lastHealth map[string]map[string]string
+	reported   map[string]bool // pod UID + message: problems of published-stack annotations already reported
 
 	refreshCh chan struct{}
 }
@@ -152,7 +153,7 @@ func New(ctx context.Context, o Options) (*Plugin, error) {
 		o: o, shape: shape, hw: hw, metrics: newMetrics(),
 		health: neuron.NewHealth(shape.Devices(), node),
 		served: map[string]servedEntry{}, inflight: map[string]time.Time{}, pools: map[string]*pool{},
-		lastHealth: map[string]map[string]string{}, refreshCh: make(chan struct{}, 1),
+		lastHealth: map[string]map[string]string{}, reported: map[string]bool{}, refreshCh: make(chan struct{}, 1),
 	}
 	return p, nil
 }
@@ -309,6 +310,7 @@ func (p *Plugin) refresh(ctx context.Context) {
 		logger.V(4).Info("The kubelet's PodResources API is not available", "err", podResErr)
 	}
 	pods, _ := p.pods.List(labels.Everything())
+	p.reportPublished(ctx, pods)
 	holdings, fixes := p.computeHoldings(pods, podRes, podResErr == nil)
 	for _, f := range fixes {
 		if err := p.fixRecord(ctx, f); err != nil {
@@ -340,6 +342,38 @@ func (p *Plugin) refresh(ctx context.Context) {
 		logger.V(5).Info("Pool health changed", "resource", res, "withdrawn", len(views[res]))
 		if pl := pools[res]; pl != nil {
 			pl.notify()
+		}
+	}
+}
+
+// reportPublished tells, once per pod and problem, what is wrong with the allocation the
+// published Neuron stack left on a pod of this node (allocation.PublishedRecord): in the log and
+// as a Warning event on the pod.
+func (p *Plugin) reportPublished(ctx context.Context, pods []*corev1.Pod) {
+	for _, pod := range pods {
+		if !allocation.FromPublishedStack(pod) {
+			continue
+		}
+		_, warnings, err := allocation.PublishedRecord(pod)
+		if err != nil {
+			warnings = append(warnings, err.Error())
+		}
+		for _, msg := range warnings {
+			key := string(pod.UID) + "|" + msg
+			p.mu.Lock()
+			seen := p.reported[key]
+			if len(p.reported) > 1000 {
+				p.reported = map[string]bool{}
+			}
+			p.reported[key] = true
+			p.mu.Unlock()
+			if seen {
+				continue
+			}
+			klog.FromContext(ctx).Info("Allocation of the published Neuron stack on a pod", "pod", klog.KObj(pod), "problem", msg)
+			if p.recorder != nil {
+				p.recorder.Event(pod, corev1.EventTypeWarning, "PublishedNeuronAllocation", msg)
+			}
 		}
 	}
 }
@@ -396,15 +430,15 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 	type key struct{ ns, name string }
 	byName := map[key]*corev1.Pod{}
 	records := map[string]*allocation.Record{}
+	published := map[string]bool{} // pods whose record is derived from the published stack's annotations
 	for _, pod := range pods {
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		byName[key{pod.Namespace, pod.Name}] = pod
-		if v, ok := pod.Annotations[allocation.Annotation]; ok {
-			if r, err := allocation.Parse(v); err == nil && r.Node == p.o.NodeName {
-				records[string(pod.UID)] = r
-			}
+		if r, err := allocation.RecordOf(pod); err == nil && r != nil && r.Node == p.o.NodeName {
+			records[string(pod.UID)] = r
+			published[string(pod.UID)] = allocation.FromPublishedStack(pod)
 		}
 	}
 	var holdings []Holding
@@ -445,7 +479,10 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 					if recC == nil || !recC.Served || !sameHardware(p.shape, *recC, hw) {
 						fixes = append(fixes, recordFix{pod: pr.Namespace + "/" + pr.Name, podUID: string(pod.UID), container: c.Name, resource: d.ResourceName, hw: hw, served: true})
 					}
-				case recC != nil && recC.Served:
+				case recC != nil && (recC.Served || published[string(pod.UID)]):
+					// A container the kubelet admitted with what its record says. A pod of the
+					// published stack that the kubelet admitted was served its AWS_NEURON_IDS by
+					// the published device plugin, whatever ids the kubelet holds for it.
 					hw, err = recC.Hardware(p.shape)
 				default:
 					// Served from the kubelet's ids, by this plugin before a restart: record it, so
@@ -458,7 +495,7 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 					continue
 				}
 				covered[string(pod.UID)+"/"+c.Name+"/"+d.ResourceName] = true
-				holdings = append(holdings, Holding{Pod: pr.Namespace + "/" + pr.Name, PodUID: string(pod.UID), Container: c.Name, Resource: d.ResourceName, KubeletIDs: ids, Hardware: hw})
+				holdings = append(holdings, Holding{Pod: pr.Namespace + "/" + pr.Name, PodUID: string(pod.UID), Container: c.Name, Resource: d.ResourceName, KubeletIDs: ids, Hardware: hw, Admitted: true})
 			}
 		}
 	}

@@ -27,6 +27,9 @@ type Holding struct {
 	// Reserved marks an extender allocation whose container the device plugin has not served
 	// yet: the hardware is promised, the kubelet has not handed out anything for it.
 	Reserved bool
+	// Admitted marks a holding the kubelet's PodResources show: the kubelet holds KubeletIDs for
+	// this container of this pod.
+	Admitted bool
 }
 
 // poolIDs returns the ids a pool advertises: devices for device pools, cores for the core pool.
@@ -141,7 +144,8 @@ func Conflicts(hw topology.Allocation, podUID string, holdings []Holding) []Hold
 	return out
 }
 
-// Candidate is an unserved container entry of an extender allocation record.
+// Candidate is a container entry of an allocation record: the scheduler extender's, or one
+// derived from the published Neuron stack's annotations.
 type Candidate struct {
 	Pod       string // namespace/name
 	PodUID    string
@@ -149,12 +153,18 @@ type Candidate struct {
 	Created   int64 // unix nanoseconds
 	Container allocation.Container
 	Index     int // position in the record
+	// Published marks a record derived from the published Neuron stack's annotations.
+	Published bool
 }
 
 // Match chooses the container an Allocate (or GetPreferredAllocation) call for count ids of
 // resource is for: among unserved entries of the same resource and count, the oldest
 // NEURON_ALLOC_TIME first, then the oldest pod, then by name and container order. skip lists
-// "podUID/container" entries already taken by calls in flight.
+// "podUID/container" entries already taken by calls in flight. Entries of the scheduler
+// extender's records come before entries derived from the published Neuron stack's annotations:
+// the kubelet admits a pod right after its binding, so a call is far more likely for a pod the
+// extender just bound than for one the published extension bound before kube-neuron took over
+// and that the kubelet has still not admitted.
 func Match(cands []Candidate, resource string, count int, skip map[string]bool) (Candidate, bool) {
 	var fit []Candidate
 	for _, c := range cands {
@@ -167,6 +177,9 @@ func Match(cands []Candidate, resource string, count int, skip map[string]bool) 
 	}
 	sort.SliceStable(fit, func(i, j int) bool {
 		a, b := fit[i], fit[j]
+		if a.Published != b.Published {
+			return !a.Published
+		}
 		if a.AllocTime != b.AllocTime {
 			return a.AllocTime < b.AllocTime
 		}

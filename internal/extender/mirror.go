@@ -18,8 +18,8 @@ import (
 // Node annotations the published Neuron scheduler extension keeps, mirrored for people and
 // tools that look for them. kube-neuron never reads them: usage always comes from pods.
 const (
-	DevUsageMapAnnotation  = "NEURON_DEV_USAGE_MAP"
-	CoreUsageMapAnnotation = "NEURON_CORE_USAGE_MAP"
+	DevUsageMapAnnotation  = allocation.DevUsageMap
+	CoreUsageMapAnnotation = allocation.CoreUsageMap
 )
 
 // usageMap writes one boolean per id, comma separated, true for in use.
@@ -67,10 +67,13 @@ func (e *Extender) mirrorNode(ctx context.Context, node *corev1.Node) error {
 	u := e.usage(ctx, shape, node.Name, "")
 	devs := usageMap(shape.Devices(), func(d int) bool { return !u.DeviceFree(d) })
 	cores := usageMap(shape.Cores(), func(c int) bool { return !u.CoreFree(c) })
-	if node.Annotations[DevUsageMapAnnotation] == devs && node.Annotations[CoreUsageMapAnnotation] == cores {
+	// The digest marks the maps as written by kube-neuron, so that uninstalling (kubectl-neuron
+	// cleanup) removes them and only them.
+	digest := allocation.UsageMapsDigest(devs, cores)
+	if node.Annotations[DevUsageMapAnnotation] == devs && node.Annotations[CoreUsageMapAnnotation] == cores && node.Annotations[allocation.UsageMapsMirror] == digest {
 		return nil
 	}
-	patch := allocation.MergePatch(map[string]*string{DevUsageMapAnnotation: &devs, CoreUsageMapAnnotation: &cores})
+	patch := allocation.MergePatch(map[string]*string{DevUsageMapAnnotation: &devs, CoreUsageMapAnnotation: &cores, allocation.UsageMapsMirror: &digest})
 	_, err = e.o.Client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metavOptions())
 	return err
 }
