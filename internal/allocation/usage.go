@@ -97,7 +97,9 @@ func NodeUsage(shape *topology.Shape, node string, pods []*corev1.Pod) (*topolog
 	for _, e := range entries {
 		hw, err := e.c.Hardware(shape)
 		if err == nil {
-			err = u.Allocate(hw)
+			if err = u.Allocate(hw); err != nil {
+				err = &OverlapError{Pod: e.pod.Namespace + "/" + e.pod.Name, Container: e.c.Name, Err: err}
+			}
 		}
 		if err != nil {
 			err = fmt.Errorf("pod %s/%s container %s: %w", e.pod.Namespace, e.pod.Name, e.c.Name, err)
@@ -111,3 +113,15 @@ func NodeUsage(shape *topology.Shape, node string, pods []*corev1.Pod) (*topolog
 	}
 	return u, holders, problems
 }
+
+// OverlapError is a record entry naming hardware that an earlier entry on the node names too.
+// The extender never writes such records; the device plugin makes them for a moment while it
+// corrects two records whose containers the kubelet started the other way round (one patch per
+// pod), and the published Neuron stack left some.
+type OverlapError struct {
+	Pod, Container string
+	Err            error
+}
+
+func (e *OverlapError) Error() string { return e.Err.Error() }
+func (e *OverlapError) Unwrap() error { return e.Err }

@@ -376,7 +376,11 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 	if len(reqs) == 0 {
 		return func(ctx context.Context) error { return e.post(ctx, binding, node, nil, 0, deadline) }, nil
 	}
-	containers, _, err := allocation.Plan(e.freshUsage(ctx, shape, node, pod.UID), reqs, e.o.Policy)
+	u, err := e.freshUsage(ctx, shape, node, pod.UID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errRetry, err)
+	}
+	containers, _, err := allocation.Plan(u, reqs, e.o.Policy)
 	if err != nil {
 		e.metrics.refusals.WithLabelValues("bind").Inc()
 		return nil, fmt.Errorf("pod %s/%s no longer fits node %s: %w", ns, name, node, err)

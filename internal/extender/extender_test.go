@@ -623,7 +623,10 @@ func TestRetriedBindKeepsTheFirstDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := e.freshUsage(ctx, shape, "trn-empty", "")
+	u, err := e.freshUsage(ctx, shape, "trn-empty", "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	hw, err := rec.Containers[0].Hardware(shape)
 	if err != nil {
 		t.Fatal(err)

@@ -64,7 +64,10 @@ func (e *Extender) mirrorNode(ctx context.Context, node *corev1.Node) error {
 	if err != nil {
 		return err
 	}
-	u := e.usage(ctx, shape, node.Name, "")
+	u, err := e.usage(ctx, shape, node.Name, "")
+	if err != nil {
+		return nil // records are being corrected: mirror them once they settle
+	}
 	devs := usageMap(shape.Devices(), func(d int) bool { return !u.DeviceFree(d) })
 	cores := usageMap(shape.Cores(), func(c int) bool { return !u.CoreFree(c) })
 	// The digest marks the maps as written by kube-neuron, so that uninstalling (kubectl-neuron

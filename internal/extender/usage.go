@@ -2,6 +2,8 @@ package extender
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +29,8 @@ type usageCache struct {
 	recent map[string]map[types.UID][]recentBind // node -> decisions of this replica the cache does not show yet
 	seq    uint64
 	failed map[types.UID]struct{} // decisions of this replica whose Binding failed
+	// overlapSince: nodes whose records overlap, since when (see usage).
+	overlapSince map[string]time.Time
 }
 
 type cachedUsage struct {
@@ -45,7 +49,7 @@ type recentBind struct {
 }
 
 func newUsageCache() *usageCache {
-	return &usageCache{gen: map[string]uint64{}, cached: map[string]cachedUsage{}, recent: map[string]map[types.UID][]recentBind{}, failed: map[types.UID]struct{}{}}
+	return &usageCache{gen: map[string]uint64{}, cached: map[string]cachedUsage{}, recent: map[string]map[types.UID][]recentBind{}, failed: map[types.UID]struct{}{}, overlapSince: map[string]time.Time{}}
 }
 
 // handler bumps the generation of the nodes a pod's record names, before and after the event,
@@ -122,16 +126,24 @@ func (c *usageCache) known(node string, uid types.UID) bool {
 // Filter and prioritize may use the cached usage: client-go updates the indexer before it runs
 // the handler that invalidates the cache, so the cache can lag the indexer for a moment, which
 // only costs a bind that no longer fits. The bind decision (fresh) always derives it again.
-func (e *Extender) usage(ctx context.Context, shape *topology.Shape, node string, except types.UID) *topology.Usage {
+//
+// While records on the node overlap (see allocation.OverlapError) the usage misses what one of
+// them held before it was corrected, so for overlapSettle from when this replica first saw the
+// overlap the node is refused (the error says why); an overlap that outlives that is logged and
+// the usage used as it is.
+func (e *Extender) usage(ctx context.Context, shape *topology.Shape, node string, except types.UID) (*topology.Usage, error) {
 	return e.usageOf(ctx, shape, node, except, false)
 }
 
 // freshUsage is usage derived from the indexer now, for bind decisions.
-func (e *Extender) freshUsage(ctx context.Context, shape *topology.Shape, node string, except types.UID) *topology.Usage {
+func (e *Extender) freshUsage(ctx context.Context, shape *topology.Shape, node string, except types.UID) (*topology.Usage, error) {
 	return e.usageOf(ctx, shape, node, except, true)
 }
 
-func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node string, except types.UID, fresh bool) *topology.Usage {
+// overlapSettle is how long a node whose allocation records overlap is refused.
+const overlapSettle = 10 * time.Second
+
+func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node string, except types.UID, fresh bool) (*topology.Usage, error) {
 	c := e.usageCache
 	objs, _ := e.pods.GetIndexer().ByIndex(byRecordNode, node)
 	exceptListed := false
@@ -152,7 +164,7 @@ func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node stri
 	}
 	c.mu.Unlock()
 	if !fresh && ok && cu.gen == gen && cu.shape == shape && !exceptListed && !exceptRecent {
-		return cu.usage
+		return cu.usage, nil
 	}
 	pods := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
@@ -161,6 +173,15 @@ func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node stri
 		}
 	}
 	u, _, problems := allocation.NodeUsage(shape, node, pods)
+	var overlap error
+	for _, err := range problems {
+		if errors.As(err, new(*allocation.OverlapError)) {
+			overlap = err
+		}
+	}
+	if unsettled := c.settling(node, overlap != nil, e.o.Now()); unsettled {
+		return u, fmt.Errorf("the allocation records on node %s overlap (%v): the device plugin is correcting them; the node takes pods again once it is done", node, overlap)
+	}
 	for _, err := range problems {
 		klog.FromContext(ctx).Error(err, "Ignoring an allocation record", "node", node)
 	}
@@ -176,14 +197,31 @@ func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node stri
 			}
 		}
 	}
-	if !fresh && !exceptListed && !exceptRecent {
+	if !fresh && !exceptListed && !exceptRecent && overlap == nil {
 		c.mu.Lock()
 		if c.gen[node] == gen {
 			c.cached[node] = cachedUsage{gen: gen, shape: shape, usage: u}
 		}
 		c.mu.Unlock()
 	}
-	return u
+	return u, nil
+}
+
+// settling notes whether the node's records overlap now and reports whether the node is within
+// overlapSettle of the first time this replica saw them overlap.
+func (c *usageCache) settling(node string, overlap bool, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !overlap {
+		delete(c.overlapSince, node)
+		return false
+	}
+	since, ok := c.overlapSince[node]
+	if !ok {
+		since = now
+		c.overlapSince[node] = since
+	}
+	return now.Sub(since) < overlapSettle
 }
 
 // generation returns the node's usage generation (bumped by every informer event that touches a
@@ -285,7 +323,11 @@ func (e *Extender) place(ctx context.Context, shape *topology.Shape, node string
 			return gen, p.score, p.err
 		}
 	}
-	_, s, err := allocation.Plan(e.usage(ctx, shape, node, uid), reqs, e.o.Policy)
+	u, err := e.usage(ctx, shape, node, uid)
+	if err != nil {
+		return gen, 0, err
+	}
+	_, s, err := allocation.Plan(u, reqs, e.o.Policy)
 	score := ExtenderScore(s)
 	if cacheable {
 		e.placements.put(node, gen, shape, key, placement{score: score, err: err})
