@@ -116,7 +116,8 @@ type ControllerOptions struct {
 //
 // A round starts BatchWindow after the first pending pod it has not seen (and at least every 30
 // seconds). It lists the provider's nodes first: a node counts as launching, with the pods its
-// PlannedPodsAnnotation names (and those later rounds added), until it is a Ready Node that has
+// PlannedPodsAnnotation names (later rounds add pods to it through Provider.SetPlannedPods, and
+// keep them in memory should that fail), until it is a Ready Node that has
 // settled (Ready for 30 seconds and, with the device plugin, advertising Neuron capacity), so a
 // round, or a restarted controller, never launches a second node for a pod. A node that does
 // not become Ready within RegisterTimeout is deleted and its pods planned again. Pods that fail
@@ -158,7 +159,12 @@ type tracked struct {
 	// launched is what this controller launched: it counts even while the provider does not
 	// list it yet (EC2's eventual consistency).
 	launched *Instance
-	added    []string // pods later rounds planned onto it (not in its annotation)
+	// added are the pods later rounds planned onto it. They count on it even when recording
+	// them through the provider failed, until this controller stops.
+	added []string
+	// listed are the planned pods the provider listed for it this round (its annotation);
+	// written is the list this controller last recorded with SetPlannedPods.
+	listed, written []string
 }
 
 // NewController checks the options and returns a controller; Run starts it.
@@ -412,7 +418,8 @@ func (c *Controller) podChanged(obj any) {
 }
 
 // reconcile is one round: the provider's instances first (what is launching, and for which
-// pods), then the scale-up for the pending pods, then the scale-down.
+// pods), then the scale-up for the pending pods, the pods it added to launching nodes recorded
+// through the provider, then the scale-down.
 func (c *Controller) reconcile(ctx context.Context) error {
 	now := c.o.Now()
 	for k, at := range c.emitted {
@@ -447,6 +454,13 @@ func (c *Controller) reconcile(ctx context.Context) error {
 		taken[name] = true
 	}
 	c.scaleUp(ctx, pending, launching, nodeList, taken, now)
+	if !c.o.DryRun {
+		for _, l := range launching {
+			if t := c.tracked[l.Name]; t != nil {
+				c.recordPlanned(ctx, l.Name, t)
+			}
+		}
+	}
 	c.scaleDown(ctx, nodeList, planned, byKey, now)
 	return nil
 }
@@ -583,6 +597,7 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 			t = &tracked{since: now}
 			c.tracked[in.Name] = t
 		}
+		t.listed = plannedPods(in)
 		if (node == nil || !nodeReady(node)) && now.Sub(t.since) >= c.o.RegisterTimeout && c.timeout(ctx, in, node, pods, pending) {
 			delete(planned, in.Name)
 			continue
@@ -791,6 +806,33 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 		}
 		c.event(ctx, pod, eventType, dec.Reason, msg)
 	}
+}
+
+// recordPlanned records, through the provider, the pods later rounds added to a launching node
+// together with those the provider lists for it, so that a restarted controller counts them on
+// the node too. Nothing is written while the provider lists them all (or this controller wrote
+// the same list already). A failure is logged, and the next round tries again; meanwhile t.added
+// keeps the pods on the node.
+func (c *Controller) recordPlanned(ctx context.Context, name string, t *tracked) {
+	want := slices.Clone(t.listed)
+	missing := false
+	for _, p := range t.added {
+		if !slices.Contains(want, p) {
+			want, missing = append(want, p), true
+		}
+	}
+	slices.Sort(want)
+	want = slices.Compact(want)
+	if !missing || slices.Equal(want, t.written) {
+		return
+	}
+	if err := c.o.Provider.SetPlannedPods(ctx, name, want); err != nil {
+		klog.FromContext(ctx).Error(err, "Recording the pods planned onto a launching node failed; they stay planned there until the autoscaler restarts, and the next round tries again",
+			"node", name, "pods", want)
+		return
+	}
+	t.written = want
+	klog.FromContext(ctx).V(2).Info("Recorded the pods planned onto a launching node", "node", name, "pods", want)
 }
 
 // nominate sets the pod's status.nominatedNodeName to the node planned for it. The scheduler

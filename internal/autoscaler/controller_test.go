@@ -2,7 +2,9 @@ package autoscaler
 
 import (
 	"context"
+	"errors"
 	"io"
+	"maps"
 	"net/http/httptest"
 	"slices"
 	"sort"
@@ -36,6 +38,8 @@ type fakeProvider struct {
 	instances map[string]Instance
 	launches  []NodeRequest
 	deleted   []string
+	recorded  [][]string // SetPlannedPods calls' pods
+	recordErr error      // SetPlannedPods fails with it
 }
 
 var _ Provider = (*fakeProvider)(nil)
@@ -73,6 +77,38 @@ func (p *fakeProvider) Delete(_ context.Context, name string) error {
 	delete(p.instances, name)
 	p.deleted = append(p.deleted, name)
 	return nil
+}
+
+func (p *fakeProvider) SetPlannedPods(_ context.Context, name string, pods []string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.recorded = append(p.recorded, slices.Clone(pods))
+	if p.recordErr != nil {
+		return p.recordErr
+	}
+	in, ok := p.instances[name]
+	if !ok {
+		return errors.New("no node " + name)
+	}
+	in.Annotations = maps.Clone(in.Annotations)
+	if in.Annotations == nil {
+		in.Annotations = map[string]string{}
+	}
+	in.Annotations[PlannedPodsAnnotation] = strings.Join(pods, ",")
+	p.instances[name] = in
+	return nil
+}
+
+func (p *fakeProvider) plannedPods(name string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.instances[name].Annotations[PlannedPodsAnnotation]
+}
+
+func (p *fakeProvider) records() [][]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.recorded)
 }
 
 func (p *fakeProvider) launched() []NodeRequest {
@@ -289,6 +325,94 @@ func TestControllerBatchPacksPods(t *testing.T) {
 	}
 }
 
+// createPod creates a pod and waits until the controller's cache has it.
+func (e *env) createPod(c *Controller, pod *corev1.Pod) {
+	e.t.Helper()
+	if _, err := e.client.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	waitFor(e.t, func() bool { _, err := c.pods.Pods(pod.Namespace).Get(pod.Name); return err == nil })
+}
+
+func TestControllerRecordsPodsAddedToALaunchingNode(t *testing.T) {
+	trn1Pod := func(name string, devices int) *corev1.Pod {
+		return pendingPod(testPod(name).devices(devices).selector(labels.InstanceFamily, "trn1"))
+	}
+	e := newEnv(t, devicePlugin, trn1Pod("a", 4), trn1Pod("b", 4))
+	c, _ := e.controller()
+	round(t, c)
+	got := e.provider.launched()
+	if len(got) != 1 {
+		t.Fatalf("launches %+v, want one trn1.32xlarge for a and b", got)
+	}
+	node := got[0].Name
+	if r := e.provider.records(); len(r) != 0 {
+		t.Errorf("SetPlannedPods calls %q for a node launched with its pods", r)
+	}
+
+	// c goes on the launching node (16 devices, 8 planned): the node's planned pods now name it.
+	e.createPod(c, trn1Pod("c", 4))
+	round(t, c)
+	if got := e.provider.launched(); len(got) != 1 {
+		t.Fatalf("launches %+v: c fits on the launching node", got)
+	}
+	if got := e.provider.plannedPods(node); got != "default/a,default/b,default/c" {
+		t.Errorf("planned pods of %s = %q, want default/a,default/b,default/c", node, got)
+	}
+	round(t, c) // recorded: not written again
+	if r := e.provider.records(); len(r) != 1 {
+		t.Errorf("SetPlannedPods calls %q, want one", r)
+	}
+
+	// A restarted controller counts c on the node. d (8 devices) no longer fits beside a, b and
+	// c: it gets a node of its own. Had c been forgotten, d (the larger pod, placed first) would
+	// have taken c's room, and c a second node.
+	restarted, rec := e.controller()
+	e.createPod(restarted, trn1Pod("d", 8))
+	round(t, restarted)
+	got = e.provider.launched()
+	if len(got) != 2 || got[1].Annotations[PlannedPodsAnnotation] != "default/d" {
+		t.Fatalf("launches after the restart %+v, want a second node for default/d only", got)
+	}
+	wantEvent := "Normal TriggeredScaleUp node " + node + " (trn1.32xlarge), already launching, will take the pod: no new node"
+	if ev := events(rec); len(slices.DeleteFunc(slices.Clone(ev), func(e string) bool { return e != wantEvent })) != 3 {
+		t.Errorf("events after the restart %q, want %q for a, b and c", ev, wantEvent)
+	}
+	if r := e.provider.records(); len(r) != 1 {
+		t.Errorf("SetPlannedPods calls %q: the restarted controller had nothing to add", r)
+	}
+}
+
+func TestControllerRecordingPlannedPodsFails(t *testing.T) {
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1")))
+	c, rec := e.controller()
+	round(t, c)
+	events(rec)
+	e.provider.recordErr = errors.New("the API is down")
+	e.createPod(c, pendingPod(testPod("b").devices(4).selector(labels.InstanceFamily, "trn1")))
+	round(t, c)
+	round(t, c)
+	// The controller keeps b on the node in memory: no second node, no new kind of event, and
+	// every round tries to record it again.
+	if got := e.provider.launched(); len(got) != 1 {
+		t.Errorf("launches %+v, want one", got)
+	}
+	for _, ev := range events(rec) {
+		if !strings.HasPrefix(ev, "Normal TriggeredScaleUp node ") {
+			t.Errorf("event %q", ev)
+		}
+	}
+	want := []string{"default/a", "default/b"}
+	if r := e.provider.records(); len(r) != 2 || !slices.Equal(r[0], want) || !slices.Equal(r[1], want) {
+		t.Errorf("SetPlannedPods calls %q, want %q twice", r, want)
+	}
+	e.provider.recordErr = nil
+	round(t, c)
+	if got := e.provider.plannedPods(e.provider.launched()[0].Name); got != "default/a,default/b" {
+		t.Errorf("planned pods %q once recording works again", got)
+	}
+}
+
 func TestControllerRefusals(t *testing.T) {
 	e := newEnv(t, pendingPod(testPod("plugin").devices(1)), pendingPod(testPod("taint").devices(1).tolerations()))
 	c, rec := e.controller()
@@ -342,6 +466,9 @@ func TestControllerDryRun(t *testing.T) {
 	round(t, c)
 	if got := e.provider.launched(); len(got) != 0 {
 		t.Errorf("dry run launched %+v", got)
+	}
+	if r := e.provider.records(); len(r) != 0 {
+		t.Errorf("dry run recorded planned pods %q", r)
 	}
 	name := NodeName("inf1.xlarge", []string{"default/a"})
 	ev := events(rec)

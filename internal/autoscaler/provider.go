@@ -16,8 +16,8 @@ const (
 	LaunchedByLabel = "kube-neuron.io/launched-by"
 	LaunchedByValue = "neuron-autoscaler"
 	// PlannedPodsAnnotation lists, comma-separated, the namespace/name of the pending pods the
-	// node was launched for; they count on it while it is launching, so a restart launches nothing
-	// twice.
+	// node was launched for and of those later rounds planned onto it (Provider.SetPlannedPods);
+	// they count on it while it is launching, so a restart launches nothing twice.
 	PlannedPodsAnnotation = "kube-neuron.io/planned-pods"
 )
 
@@ -55,6 +55,11 @@ type Provider interface {
 	Instances(ctx context.Context) ([]Instance, error)
 	// Delete removes a node the provider launched; deleting one that is gone is not an error.
 	Delete(ctx context.Context, name string) error
+	// SetPlannedPods records the pods planned onto a launching node (name as Instances names
+	// it): the list, sorted, replaces the node's PlannedPodsAnnotation, which Instances reports
+	// from then on, so that a restarted autoscaler counts the pods that later rounds added to the
+	// node. Recording the same list again is not an error.
+	SetPlannedPods(ctx context.Context, name string, pods []string) error
 }
 
 // NodeName is the name of the node launched for a set of planned pods: neuron-<type>-<hash of

@@ -1,6 +1,7 @@
 // Package ec2 is neuron-autoscaler's ec2 provider (issue 7): it launches Neuron nodes as EC2
 // instances with aws-sdk-go-v2 from one launch template into the first of a list of subnets that
-// has capacity, lists the instances it launched, and terminates them.
+// has capacity, lists the instances it launched, records the pods later planned onto them in
+// their tags, and terminates them.
 //
 // # Idempotency
 //
@@ -23,12 +24,16 @@
 // cluster name is set; kube-neuron.io/allocation-mode=<mode>; kube-neuron.io/planned-pods (and,
 // when the list is longer than a tag value's 256 characters, kube-neuron.io/planned-pods-2 ...
 // -8: the value split in order; a list longer than 2048 characters keeps only its first whole
-// pod names there, while the Node's annotation, which the controller sets, keeps all of them);
-// and the cluster-autoscaler/Karpenter node-template convention,
+// pod names there); and the cluster-autoscaler/Karpenter node-template convention,
 // k8s.io/cluster-autoscaler/node-template/label/<key>=<value> per label and
 // k8s.io/cluster-autoscaler/node-template/taint/<key>=<value>:<effect> per taint. Volumes carry
-// Name, node-name, launched-by and the cluster tag. Instances and Delete only ever see instances
-// tagged launched-by (and with the cluster tag, when set).
+// Name, node-name, launched-by and the cluster tag. Instances, Delete and SetPlannedPods only
+// ever see instances tagged launched-by (and with the cluster tag, when set).
+//
+// When a later planning round puts more pods onto a launching node, SetPlannedPods rewrites its
+// planned-pods tags with CreateTags (the whole sorted list, split as at launch) and deletes with
+// DeleteTags the planned-pods-N tags a shorter list no longer needs, so that a restarted
+// autoscaler, which reads the planned pods back from the tags, counts those pods on the node.
 //
 // # Launch template
 //
@@ -81,6 +86,16 @@
 //	      "Condition": {"StringEquals": {"aws:ResourceTag/kube-neuron.io/launched-by": "neuron-autoscaler"}}
 //	    },
 //	    {
+//	      "Sid": "RecordPlannedPods",
+//	      "Effect": "Allow",
+//	      "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
+//	      "Resource": "arn:aws:ec2:*:*:instance/*",
+//	      "Condition": {
+//	        "StringEquals": {"aws:ResourceTag/kube-neuron.io/launched-by": "neuron-autoscaler"},
+//	        "ForAllValues:StringLike": {"aws:TagKeys": ["kube-neuron.io/planned-pods", "kube-neuron.io/planned-pods-*"]}
+//	      }
+//	    },
+//	    {
 //	      "Sid": "PassNodeRole",
 //	      "Effect": "Allow",
 //	      "Action": "iam:PassRole",
@@ -99,5 +114,5 @@
 // launch template or subnet and an exhausted vCPU quota say what to change.
 //
 // The tests run the real aws-sdk-go-v2 client against fakeec2, a fake endpoint that speaks the
-// EC2 Query API for the three actions used, because EC2 cannot run here.
+// EC2 Query API for the five actions used, because EC2 cannot run here.
 package ec2

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -67,6 +68,8 @@ type API interface {
 	RunInstances(ctx context.Context, in *awsec2.RunInstancesInput, optFns ...func(*awsec2.Options)) (*awsec2.RunInstancesOutput, error)
 	DescribeInstances(ctx context.Context, in *awsec2.DescribeInstancesInput, optFns ...func(*awsec2.Options)) (*awsec2.DescribeInstancesOutput, error)
 	TerminateInstances(ctx context.Context, in *awsec2.TerminateInstancesInput, optFns ...func(*awsec2.Options)) (*awsec2.TerminateInstancesOutput, error)
+	CreateTags(ctx context.Context, in *awsec2.CreateTagsInput, optFns ...func(*awsec2.Options)) (*awsec2.CreateTagsOutput, error)
+	DeleteTags(ctx context.Context, in *awsec2.DeleteTagsInput, optFns ...func(*awsec2.Options)) (*awsec2.DeleteTagsOutput, error)
 }
 
 var _ API = (*awsec2.Client)(nil)
@@ -324,21 +327,9 @@ func (p *Provider) Instances(ctx context.Context) ([]autoscaler.Instance, error)
 // Delete implements autoscaler.Provider: it terminates the instance of the node, named by the
 // request's name (the node-name tag) or by its private DNS name (the Kubernetes node name).
 func (p *Provider) Delete(ctx context.Context, name string) error {
-	// A request name (autoscaler.NodeName) has no dots; a private DNS name does: look it up the
-	// likelier way first.
-	byName := []types.Filter{filter("tag:"+NodeNameTag, name), filter("private-dns-name", name)}
-	if strings.Contains(name, ".") {
-		byName[0], byName[1] = byName[1], byName[0]
-	}
-	var found []types.Instance
-	for _, f := range byName {
-		var err error
-		if found, err = p.describe(ctx, p.ours(f, filter("instance-state-name", listedStates...))); err != nil {
-			return err
-		}
-		if len(found) > 0 {
-			break
-		}
+	found, err := p.byName(ctx, name)
+	if err != nil {
+		return err
 	}
 	logger := klog.FromContext(ctx).WithValues("node", name)
 	if len(found) == 0 {
@@ -362,6 +353,73 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	}
 	logger.V(2).Info("Terminated instance", "instances", ids)
 	return nil
+}
+
+// SetPlannedPods implements autoscaler.Provider: it tags the node's instance (found as Delete
+// finds it) with the pods, sorted, split over the planned-pods tags as at launch, and deletes the
+// planned-pods-N tags that a shorter list no longer needs.
+func (p *Provider) SetPlannedPods(ctx context.Context, name string, pods []string) error {
+	found, err := p.byName(ctx, name)
+	if err != nil {
+		return err
+	}
+	if len(found) == 0 {
+		return fmt.Errorf("ec2: no instance of node %s to record its planned pods on: it was terminated, or DescribeInstances does not list it yet (EC2 is eventually consistent)", name)
+	}
+	pods = slices.Compact(slices.Sorted(slices.Values(pods)))
+	tags := plannedPodsTags(strings.Join(pods, ","))
+	ids := make([]string, 0, len(found))
+	var stale []types.Tag
+	for _, in := range found {
+		ids = append(ids, aws.ToString(in.InstanceId))
+		for _, t := range in.Tags {
+			k := aws.ToString(t.Key)
+			if i := plannedPodsIndex(k); i > len(tags) && !slices.ContainsFunc(stale, func(s types.Tag) bool { return aws.ToString(s.Key) == k }) {
+				stale = append(stale, types.Tag{Key: aws.String(k)}) // no value: whatever it is
+			}
+		}
+	}
+	if len(tags) > 0 {
+		if _, err := p.c.CreateTags(ctx, &awsec2.CreateTagsInput{Resources: ids, Tags: tags}); err != nil {
+			return p.tagError("CreateTags", name, ids, err)
+		}
+	}
+	if len(stale) > 0 {
+		if _, err := p.c.DeleteTags(ctx, &awsec2.DeleteTagsInput{Resources: ids, Tags: stale}); err != nil {
+			return p.tagError("DeleteTags", name, ids, err)
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Recorded the planned pods", "node", name, "instances", ids, "pods", len(pods), "tags", len(tags), "deletedTags", len(stale))
+	return nil
+}
+
+func (p *Provider) tagError(op, name string, ids []string, err error) error {
+	code, msg := apiCode(err)
+	switch code {
+	case codeUnauthorized:
+		return &PermissionError{Operation: op, Message: msg, Err: err}
+	case codeInstanceNotFound:
+		return fmt.Errorf("ec2: %s of %s (node %s): the instance is gone, or EC2 does not know it yet (it is eventually consistent): %w", op, strings.Join(ids, ", "), name, err)
+	}
+	return fmt.Errorf("ec2: %s of %s (node %s): %w", op, strings.Join(ids, ", "), name, err)
+}
+
+// byName finds the instances of a node, named by the request's name (the node-name tag) or by
+// its private DNS name (the Kubernetes node name), in the listed states.
+func (p *Provider) byName(ctx context.Context, name string) ([]types.Instance, error) {
+	// A request name (autoscaler.NodeName) has no dots; a private DNS name does: look it up the
+	// likelier way first.
+	byName := []types.Filter{filter("tag:"+NodeNameTag, name), filter("private-dns-name", name)}
+	if strings.Contains(name, ".") {
+		byName[0], byName[1] = byName[1], byName[0]
+	}
+	for _, f := range byName {
+		found, err := p.describe(ctx, p.ours(f, filter("instance-state-name", listedStates...)))
+		if err != nil || len(found) > 0 {
+			return found, err
+		}
+	}
+	return nil, nil
 }
 
 // describe lists the instances matching the filters, every page.

@@ -465,6 +465,24 @@ func TestUnauthorizedNamesTheIAMAction(t *testing.T) {
 			}
 			return e.p.Delete(e.ctx, r.Name)
 		}, "needs ec2:TerminateInstances on instances tagged kube-neuron.io/launched-by=neuron-autoscaler"},
+		{"CreateTags", func(e env) error {
+			r := request(trn1, "a/b").obj()
+			if _, err := e.p.Launch(e.ctx, r); err != nil {
+				return err
+			}
+			return e.p.SetPlannedPods(e.ctx, r.Name, []string{"a/b", "a/c"})
+		}, "needs ec2:CreateTags and ec2:DeleteTags on instances tagged kube-neuron.io/launched-by=neuron-autoscaler for the tag keys kube-neuron.io/planned-pods*"},
+		{"DeleteTags", func(e env) error {
+			var pods []string
+			for i := range 10 {
+				pods = append(pods, fmt.Sprintf("research-team/llama-finetune-worker-%03d", i))
+			}
+			r := request(trn1, pods...).obj() // two planned-pods tags, one after SetPlannedPods
+			if _, err := e.p.Launch(e.ctx, r); err != nil {
+				return err
+			}
+			return e.p.SetPlannedPods(e.ctx, r.Name, []string{"a/b"})
+		}, "needs ec2:CreateTags and ec2:DeleteTags on instances tagged kube-neuron.io/launched-by=neuron-autoscaler"},
 	} {
 		t.Run(tc.action, func(t *testing.T) {
 			e := setup(t)
@@ -549,5 +567,95 @@ func TestValidation(t *testing.T) {
 	}
 	if e.p.Name() != "ec2" {
 		t.Errorf("Name() = %q", e.p.Name())
+	}
+}
+
+func TestSetPlannedPods(t *testing.T) {
+	e := setup(t)
+	pods := func(from, to int) []string {
+		var ps []string
+		for i := from; i < to; i++ {
+			ps = append(ps, fmt.Sprintf("research-team/llama-finetune-worker-%03d", i))
+		}
+		return ps
+	}
+	r := request(trn1, pods(0, 2)...).obj()
+	launched := e.launch(t, r)
+	other := e.launch(t, request(trn1, "team-b/train-0").obj())
+	plannedTags := func(id string) map[string]string {
+		t.Helper()
+		out := map[string]string{}
+		for k, v := range e.fakeInstance(t, id).Tags {
+			if strings.HasPrefix(k, autoscaler.PlannedPodsAnnotation) {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	readBack := func() string {
+		t.Helper()
+		for _, in := range e.instances(t) {
+			if in.ProviderID == launched.ProviderID {
+				return in.Annotations[autoscaler.PlannedPodsAnnotation]
+			}
+		}
+		t.Fatalf("Instances does not list %s", launched.ProviderID)
+		return ""
+	}
+
+	for _, tc := range []struct {
+		name     string
+		node     string // the request's name or the Kubernetes node name (private DNS name)
+		pods     []string
+		wantTags int
+	}{
+		// Later rounds add pods: the list spans tags, as at launch.
+		{"by request name, spanning tags", r.Name, append(pods(10, 20), pods(0, 10)...), 4},
+		{"by node name, the same list again", launched.Name, pods(0, 20), 4},
+		// A shorter list leaves no stale planned-pods-N tags behind.
+		{"shorter", launched.Name, pods(0, 7), 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := e.p.SetPlannedPods(e.ctx, tc.node, tc.pods); err != nil {
+				t.Fatalf("SetPlannedPods: %v", err)
+			}
+			want := slices.Sorted(slices.Values(tc.pods))
+			got := plannedTags(launched.ProviderID)
+			if len(got) != tc.wantTags {
+				t.Errorf("planned-pods tags %v, want %d", slices.Sorted(maps.Keys(got)), tc.wantTags)
+			}
+			for k, v := range got {
+				if len(v) > 256 {
+					t.Errorf("tag %s has %d characters", k, len(v))
+				}
+			}
+			if got := readBack(); got != strings.Join(want, ",") {
+				t.Errorf("Instances reads back %q, want %q", got, strings.Join(want, ","))
+			}
+		})
+	}
+	if got := plannedTags(other.ProviderID); !maps.Equal(got, map[string]string{autoscaler.PlannedPodsAnnotation: "team-b/train-0"}) {
+		t.Errorf("the other instance's planned pods changed: %v", got)
+	}
+	if tags := e.fakeInstance(t, launched.ProviderID).Tags; tags[ec2.NameTag] != r.Name || tags[autoscaler.LaunchedByLabel] != autoscaler.LaunchedByValue {
+		t.Errorf("tags %v: the launch tags must stay", tags)
+	}
+	if n := e.fake.Calls("CreateTags"); n != 3 {
+		t.Errorf("CreateTags calls = %d, want 3", n)
+	}
+	if n := e.fake.Calls("DeleteTags"); n != 1 {
+		t.Errorf("DeleteTags calls = %d, want 1 (the stale tags of the shorter list)", n)
+	}
+
+	// A node without an instance, and a terminated one.
+	if err := e.p.SetPlannedPods(e.ctx, "neuron-unknown", []string{"a/b"}); err == nil || !strings.Contains(err.Error(), "ec2: no instance of node neuron-unknown") {
+		t.Errorf("SetPlannedPods of an unknown node: %v", err)
+	}
+	if err := e.p.Delete(e.ctx, other.Name); err != nil {
+		t.Fatal(err)
+	}
+	e.instances(t) // shutting-down -> terminated
+	if err := e.p.SetPlannedPods(e.ctx, other.Name, []string{"a/b"}); err == nil {
+		t.Error("SetPlannedPods of a terminated node succeeded")
 	}
 }

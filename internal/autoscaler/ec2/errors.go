@@ -43,7 +43,7 @@ func failureList(fs []SubnetFailure) string {
 
 // PermissionError is an UnauthorizedOperation: the autoscaler's IAM role may not make the call.
 type PermissionError struct {
-	Operation string // RunInstances, DescribeInstances or TerminateInstances
+	Operation string // RunInstances, DescribeInstances, TerminateInstances, CreateTags or DeleteTags
 	Message   string // EC2's message
 	Err       error
 }
@@ -53,7 +53,13 @@ var iamActions = map[string]string{
 	"RunInstances":       "ec2:RunInstances, ec2:CreateTags with the condition ec2:CreateAction=RunInstances (the launch tags), and iam:PassRole on the role of the launch template's instance profile",
 	"DescribeInstances":  "ec2:DescribeInstances",
 	"TerminateInstances": "ec2:TerminateInstances on instances tagged " + autoscaler.LaunchedByLabel + "=" + autoscaler.LaunchedByValue,
+	"CreateTags":         ownTags,
+	"DeleteTags":         ownTags,
 }
+
+// ownTags is the permission that records the pods later rounds plan onto a launching node.
+const ownTags = "ec2:CreateTags and ec2:DeleteTags on instances tagged " + autoscaler.LaunchedByLabel + "=" + autoscaler.LaunchedByValue +
+	" for the tag keys " + autoscaler.PlannedPodsAnnotation + "* (the pods planned onto a launching node after its launch)"
 
 func (e *PermissionError) Error() string {
 	hint := ""

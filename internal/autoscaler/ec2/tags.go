@@ -87,10 +87,10 @@ func (p *Provider) tags(r autoscaler.NodeRequest) launchTags {
 }
 
 // plannedPodsTags splits the planned-pods list over tags of at most 256 characters:
-// planned-pods, planned-pods-2, ... A list longer than plannedPodsTagCount tags is cut after
-// its last whole pod name that fits: the tags then under-count the pods planned onto the node
-// (a restarted autoscaler may plan the rest again until the node registers), while the Node's
-// annotation, which the controller sets, keeps them all.
+// planned-pods, planned-pods-2, ... (at launch, and in SetPlannedPods). A list longer than
+// plannedPodsTagCount tags is cut after its last whole pod name that fits: the tags then
+// under-count the pods planned onto the node, and a restarted autoscaler may plan the rest again
+// until the node registers (the controller that planned them keeps them all in memory).
 func plannedPodsTags(v string) []types.Tag {
 	if limit := maxTagValue * plannedPodsTagCount; len(v) > limit {
 		v = v[:max(strings.LastIndexByte(v[:limit+1], ','), 0)]
@@ -112,6 +112,21 @@ func plannedPodsKey(i int) string {
 		return autoscaler.PlannedPodsAnnotation
 	}
 	return autoscaler.PlannedPodsAnnotation + "-" + strconv.Itoa(i)
+}
+
+// plannedPodsIndex is i for the tag key plannedPodsKey(i), 0 for any other key.
+func plannedPodsIndex(key string) int {
+	if key == autoscaler.PlannedPodsAnnotation {
+		return 1
+	}
+	n, ok := strings.CutPrefix(key, autoscaler.PlannedPodsAnnotation+"-")
+	if !ok {
+		return 0
+	}
+	if i, err := strconv.Atoi(n); err == nil && i >= 2 && strconv.Itoa(i) == n {
+		return i
+	}
+	return 0
 }
 
 // labelsOf are the node labels an instance's tags describe.

@@ -2,19 +2,23 @@
 // its Node object through the API, with the Neuron taint, the labels of DESIGN section 4 and its
 // capacity. The lab's node simulator adopts every node whose provider ID starts with
 // ProviderIDPrefix: it simulates the node's devices and kubelet, and runs the device plugin or the
-// DRA driver on it, so the whole loop can be watched locally. Removing a node deletes the object.
+// DRA driver on it, so the whole loop can be watched locally. Removing a node deletes the object;
+// the pods planned onto a node are its kube-neuron.io/planned-pods annotation.
 package local
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
@@ -136,6 +140,27 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	err := p.o.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting node %s: %w", name, err)
+	}
+	return nil
+}
+
+// SetPlannedPods sets the node's planned-pods annotation to the pods, sorted, with a merge patch
+// of that annotation alone (an empty list removes it).
+func (p *Provider) SetPlannedPods(ctx context.Context, name string, pods []string) error {
+	var value any // null removes the annotation
+	if pods = slices.Compact(slices.Sorted(slices.Values(pods))); len(pods) > 0 {
+		value = strings.Join(pods, ",")
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{autoscaler.PlannedPodsAnnotation: value}}})
+	if err != nil {
+		return fmt.Errorf("recording the planned pods of node %s: %w", name, err)
+	}
+	_, err = p.o.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("recording the planned pods of node %s: the node does not exist (it was deleted, or the local provider did not launch it): %w", name, err)
+	case err != nil:
+		return fmt.Errorf("recording the planned pods of node %s in its annotation %s: %w", name, autoscaler.PlannedPodsAnnotation, err)
 	}
 	return nil
 }

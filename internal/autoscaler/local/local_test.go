@@ -1,11 +1,14 @@
 package local
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
@@ -98,5 +101,70 @@ func TestLaunchListDelete(t *testing.T) {
 	d, _ := client.CoreV1().Nodes().Get(ctx, "dra-node", metav1.GetOptions{})
 	if _, ok := d.Status.Capacity[topology.ResourceNeuron]; ok {
 		t.Errorf("DRA node capacity %v has Neuron resources", d.Status.Capacity)
+	}
+}
+
+func TestSetPlannedPods(t *testing.T) {
+	ctx := t.Context()
+	client := fake.NewClientset()
+	p := New(Options{Client: client})
+	req := autoscaler.NodeRequest{
+		Name: "neuron-trn1-32xlarge-0123456789", Type: "trn1.32xlarge", Mode: labels.AllocationModeDevicePlugin,
+		Annotations: map[string]string{autoscaler.PlannedPodsAnnotation: "ml/a", "team": "ml"},
+	}
+	if _, err := p.Launch(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	planned := func() (string, bool) {
+		t.Helper()
+		n, err := client.CoreV1().Nodes().Get(ctx, req.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Annotations["team"] != "ml" {
+			t.Errorf("annotations %v: the other annotation is gone", n.Annotations)
+		}
+		v, ok := n.Annotations[autoscaler.PlannedPodsAnnotation]
+		return v, ok
+	}
+	for range 2 { // the same list again is no error
+		client.ClearActions()
+		if err := p.SetPlannedPods(ctx, req.Name, []string{"ml/c", "ml/a", "ml/b", "ml/c"}); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := planned(); v != "ml/a,ml/b,ml/c" {
+			t.Errorf("planned pods %q, want ml/a,ml/b,ml/c (sorted, once each)", v)
+		}
+		// One merge patch of the annotation, nothing else.
+		var patches []string
+		for _, a := range client.Actions() {
+			if pa, ok := a.(clienttesting.PatchAction); ok {
+				if pa.GetPatchType() != types.MergePatchType || pa.GetSubresource() != "" {
+					t.Errorf("patch %s of %q", pa.GetPatchType(), pa.GetSubresource())
+				}
+				patches = append(patches, string(pa.GetPatch()))
+			}
+		}
+		if want := `{"metadata":{"annotations":{"kube-neuron.io/planned-pods":"ml/a,ml/b,ml/c"}}}`; len(patches) != 1 || patches[0] != want {
+			t.Errorf("patches %q, want %s", patches, want)
+		}
+	}
+	insts, err := p.Instances(ctx)
+	if err != nil || len(insts) != 1 || insts[0].Annotations[autoscaler.PlannedPodsAnnotation] != "ml/a,ml/b,ml/c" {
+		t.Errorf("Instances %+v, %v: want the recorded planned pods", insts, err)
+	}
+	if err := p.SetPlannedPods(ctx, req.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := planned(); ok {
+		t.Errorf("planned pods %q after recording none, want no annotation", v)
+	}
+
+	err = p.SetPlannedPods(ctx, "neuron-gone", []string{"ml/a"})
+	if err == nil || !strings.Contains(err.Error(), "recording the planned pods of node neuron-gone: the node does not exist") {
+		t.Errorf("unknown node: %v", err)
+	}
+	if _, getErr := client.CoreV1().Nodes().Get(ctx, "neuron-gone", metav1.GetOptions{}); getErr == nil {
+		t.Error("recording planned pods created a node")
 	}
 }

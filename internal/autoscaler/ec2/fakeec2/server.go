@@ -1,12 +1,14 @@
 // Package fakeec2 is a fake EC2 endpoint for tests: an HTTP server that speaks the real EC2
-// Query API (version 2016-11-15) for the three actions the neuron-autoscaler's ec2 provider
-// calls, RunInstances, DescribeInstances and TerminateInstances, so that the unmodified
+// Query API (version 2016-11-15) for the five actions the neuron-autoscaler's ec2 provider
+// calls, RunInstances, DescribeInstances, TerminateInstances, CreateTags and DeleteTags, so that
+// the unmodified
 // aws-sdk-go-v2 EC2 client talks to it with only its endpoint overridden. It exists because EC2
 // cannot run on a developer's machine or in CI; it is not EC2.
 //
 // The wire protocol is EC2's: an HTTP POST (or GET) with a form-encoded body
 // (Action=RunInstances&Version=2016-11-15&MinCount=1&TagSpecification.1.Tag.1.Key=...), lists
-// numbered from 1 (Filter.N.Name, Filter.N.Value.M, InstanceId.N, TagSpecification.N.Tag.M.Key),
+// numbered from 1 (Filter.N.Name, Filter.N.Value.M, InstanceId.N, TagSpecification.N.Tag.M.Key,
+// ResourceId.N, Tag.N.Key),
 // responses as XML in the namespace http://ec2.amazonaws.com/doc/2016-11-15/ with EC2's
 // element names (reservationSet, instancesSet, item, instanceState, tagSet, ...), and errors as
 // EC2's <Response><Errors><Error><Code/><Message/></Error></Errors><RequestID/></Response> with
@@ -19,13 +21,17 @@
 // parameters is an IdempotentParameterMismatch; a failed launch records no token); instance
 // states (pending until it has been listed by DescribeInstances PendingDescribes times, then
 // running; TerminateInstances moves it to shutting-down and the next DescribeInstances that lists
-// it to terminated; terminated instances stay listed, as on EC2 for a while); private DNS names
+// it to terminated; terminated instances stay listed, as on EC2 for a while); tags on instances
+// (CreateTags adds or overwrites, DeleteTags removes the keys given, only where a given value
+// matches, or every tag when no key is given; the fake tags instances only, and other resource
+// ids are InvalidID); private DNS names
 // (ip-10-0-x-y.<region>.compute.internal, ec2.internal in us-east-1) with the region taken from
 // the request's SigV4 credential scope; the DescribeInstances filters tag:<key>, tag-key,
 // instance-state-name, instance-id, instance-type, private-dns-name, client-token, subnet-id and
 // availability-zone with EC2's * and ? wildcards; MaxResults (5 to 1000) and NextToken; and the
 // errors InvalidAction, MissingAction, MissingParameter, UnknownParameter, NoSuchVersion,
-// InvalidParameterValue, InvalidParameterCombination, InvalidInstanceID.NotFound,
+// InvalidParameterValue, InvalidParameterCombination, InvalidInstanceID.NotFound, InvalidID,
+// TagLimitExceeded,
 // InvalidSubnetID.NotFound, InvalidLaunchTemplateId.NotFound,
 // InvalidLaunchTemplateName.NotFoundException, IdempotentParameterMismatch, DryRunOperation,
 // AuthFailure, and, through test hooks, InsufficientInstanceCapacity, Unsupported and
@@ -200,8 +206,9 @@ func (s *Server) SetUnsupported(az, instanceType string) {
 	s.unsupported[[2]string{az, instanceType}] = true
 }
 
-// Deny makes every call of the action (RunInstances, DescribeInstances, TerminateInstances)
-// fail with UnauthorizedOperation (HTTP 403), as when the caller's IAM policy lacks it.
+// Deny makes every call of the action (RunInstances, DescribeInstances, TerminateInstances,
+// CreateTags, DeleteTags) fail with UnauthorizedOperation (HTTP 403), as when the caller's IAM
+// policy lacks it.
 func (s *Server) Deny(action string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -353,6 +360,10 @@ func (s *Server) handle(auth string, form url.Values, reqID string) (any, *apiEr
 		return s.runInstances(region, form, reqID, dryRun)
 	case "DescribeInstances":
 		return s.describeInstances(form, reqID, dryRun)
+	case "CreateTags":
+		return s.createTags(form, reqID, dryRun)
+	case "DeleteTags":
+		return s.deleteTags(form, reqID, dryRun)
 	default:
 		return s.terminateInstances(form, reqID, dryRun)
 	}
@@ -363,6 +374,8 @@ var actionParams = map[string][]string{
 	"RunInstances":       {"Action", "Version", "DryRun", "ClientToken", "MinCount", "MaxCount", "InstanceType", "ImageId", "SubnetId", "LaunchTemplate", "TagSpecification"},
 	"DescribeInstances":  {"Action", "Version", "DryRun", "Filter", "InstanceId", "MaxResults", "NextToken"},
 	"TerminateInstances": {"Action", "Version", "DryRun", "InstanceId"},
+	"CreateTags":         {"Action", "Version", "DryRun", "ResourceId", "Tag"},
+	"DeleteTags":         {"Action", "Version", "DryRun", "ResourceId", "Tag"},
 }
 
 var dryRunError = errorf(http.StatusPreconditionFailed, "DryRunOperation", "Request would have succeeded, but DryRun flag is set.")
@@ -561,15 +574,8 @@ func (s *Server) runInstances(region string, form url.Values, reqID string, dryR
 				return nil, aerr
 			}
 			key, value := form.Get(tp+".Key"), form.Get(tp+".Value")
-			switch {
-			case key == "":
-				return nil, missing(tp + ".Key")
-			case len(key) > 128:
-				return nil, errorf(http.StatusBadRequest, "InvalidParameterValue", "Tag key exceeds the maximum length of 128 characters")
-			case len(value) > 256:
-				return nil, errorf(http.StatusBadRequest, "InvalidParameterValue", "Tag value exceeds the maximum length of 256 characters")
-			case strings.HasPrefix(strings.ToLower(key), "aws:"):
-				return nil, errorf(http.StatusBadRequest, "InvalidParameterValue", "Tag keys starting with 'aws:' are reserved for internal use")
+			if aerr := checkTag(tp, key, value); aerr != nil {
+				return nil, aerr
 			}
 			if _, dup := tags[rt][key]; dup {
 				return nil, errorf(http.StatusBadRequest, "InvalidParameterValue", "Duplicate tag key '%s' specified.", key)
@@ -655,6 +661,145 @@ func (s *Server) runInstances(region string, form url.Values, reqID string, dryR
 		s.tokens[token] = l
 	}
 	return runResponse(reqID, ins), nil
+}
+
+// checkTag checks a tag's key and value as EC2 does (the member prefix names a missing key).
+func checkTag(prefix, key, value string) *apiError {
+	switch {
+	case key == "":
+		return missing(prefix + ".Key")
+	case len(key) > 128:
+		return errorf(http.StatusBadRequest, "InvalidParameterValue", "Tag key exceeds the maximum length of 128 characters")
+	case len(value) > 256:
+		return errorf(http.StatusBadRequest, "InvalidParameterValue", "Tag value exceeds the maximum length of 256 characters")
+	case strings.HasPrefix(strings.ToLower(key), "aws:"):
+		return errorf(http.StatusBadRequest, "InvalidParameterValue", "Tag keys starting with 'aws:' are reserved for internal use")
+	}
+	return nil
+}
+
+// tagged returns the instances named by ResourceId.N, the resources of CreateTags and DeleteTags.
+// An id that is not an instance's (i-...) is InvalidID: the fake tags instances only. An
+// instance EC2 does not show yet (eventual consistency) is InvalidInstanceID.NotFound, as on
+// EC2 right after RunInstances.
+func (s *Server) tagged(form url.Values) ([]*instance, *apiError) {
+	ids, aerr := list(form, "ResourceId")
+	if aerr != nil {
+		return nil, aerr
+	}
+	if len(ids) == 0 {
+		return nil, missing("ResourceId")
+	}
+	if len(ids) > 1000 {
+		return nil, invalidValue("ResourceId", strconv.Itoa(len(ids)), "Up to 1000 resource IDs may be given.")
+	}
+	var out []*instance
+	var unknown []string
+	for _, id := range ids {
+		if !strings.HasPrefix(id, "i-") {
+			return nil, errorf(http.StatusBadRequest, "InvalidID", "The ID '%s' is not valid", id)
+		}
+		in, ok := s.byID[id]
+		if !ok || in.hidden {
+			unknown = append(unknown, id)
+			continue
+		}
+		if !slices.Contains(out, in) {
+			out = append(out, in)
+		}
+	}
+	if aerr := notFound(unknown); aerr != nil {
+		return nil, aerr
+	}
+	return out, nil
+}
+
+// tagsOf reads Tag.N.Key and Tag.N.Value, in order; hasValue says whether Tag.N.Value was given.
+func tagsOf(form url.Values) (keys, values []string, hasValue []bool, aerr *apiError) {
+	idx, aerr := indices(form, "Tag")
+	if aerr != nil {
+		return nil, nil, nil, aerr
+	}
+	for _, m := range idx {
+		tp := "Tag." + strconv.Itoa(m)
+		if aerr := keysUnder(form, tp, "Key", "Value"); aerr != nil {
+			return nil, nil, nil, aerr
+		}
+		key, value := form.Get(tp+".Key"), form.Get(tp+".Value")
+		if aerr := checkTag(tp, key, value); aerr != nil {
+			return nil, nil, nil, aerr
+		}
+		_, has := form[tp+".Value"]
+		keys, values, hasValue = append(keys, key), append(values, value), append(hasValue, has)
+	}
+	return keys, values, hasValue, nil
+}
+
+// createTags adds the tags to the instances, or overwrites the values of keys they have.
+func (s *Server) createTags(form url.Values, reqID string, dryRun bool) (any, *apiError) {
+	keys, values, _, aerr := tagsOf(form)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if len(keys) == 0 {
+		return nil, missing("Tag")
+	}
+	for i, k := range keys {
+		if slices.Contains(keys[:i], k) {
+			return nil, errorf(http.StatusBadRequest, "InvalidParameterValue", "Duplicate tag key '%s' specified.", k)
+		}
+	}
+	ins, aerr := s.tagged(form)
+	if aerr != nil {
+		return nil, aerr
+	}
+	for _, in := range ins {
+		n := len(in.Tags)
+		for _, k := range keys {
+			if _, ok := in.Tags[k]; !ok {
+				n++
+			}
+		}
+		if n > 50 {
+			return nil, errorf(http.StatusBadRequest, "TagLimitExceeded", "The maximum number of tags per resource is 50.")
+		}
+	}
+	if dryRun {
+		return nil, dryRunError
+	}
+	for _, in := range ins {
+		for i, k := range keys {
+			in.Tags[k] = values[i]
+		}
+	}
+	return createTagsResponse{Xmlns: Namespace, RequestID: reqID, Return: true}, nil
+}
+
+// deleteTags removes the tags of the keys given (only where the value matches, when one is
+// given), or every tag when no key is given.
+func (s *Server) deleteTags(form url.Values, reqID string, dryRun bool) (any, *apiError) {
+	keys, values, hasValue, aerr := tagsOf(form)
+	if aerr != nil {
+		return nil, aerr
+	}
+	ins, aerr := s.tagged(form)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if dryRun {
+		return nil, dryRunError
+	}
+	for _, in := range ins {
+		if len(keys) == 0 {
+			clear(in.Tags)
+		}
+		for i, k := range keys {
+			if v, ok := in.Tags[k]; ok && (!hasValue[i] || v == values[i]) {
+				delete(in.Tags, k)
+			}
+		}
+	}
+	return deleteTagsResponse{Xmlns: Namespace, RequestID: reqID, Return: true}, nil
 }
 
 func runResponse(reqID string, ins []*instance) runInstancesResponse {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -278,6 +281,128 @@ func TestEventualConsistency(t *testing.T) {
 	}
 }
 
+func TestTagsThroughTheSDK(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	c := client(s, "us-west-2")
+	out, err := c.RunInstances(ctx, run("trn1.32xlarge", "subnet-a", "", "Name", "n1", "team", "a", "stage", "dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := aws.ToString(out.Instances[0].InstanceId)
+	tag := func(kv ...string) []types.Tag {
+		var ts []types.Tag
+		for i := 0; i+1 < len(kv); i += 2 {
+			ts = append(ts, types.Tag{Key: aws.String(kv[i]), Value: aws.String(kv[i+1])})
+		}
+		return ts
+	}
+	tags := func() map[string]string {
+		t.Helper()
+		d, err := c.DescribeInstances(ctx, &awsec2.DescribeInstancesInput{InstanceIds: []string{id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, tg := range d.Reservations[0].Instances[0].Tags {
+			m[aws.ToString(tg.Key)] = aws.ToString(tg.Value)
+		}
+		return m
+	}
+
+	// CreateTags adds and overwrites; DeleteTags removes a key whatever its value without a
+	// value, only on a match with one.
+	if _, err := c.CreateTags(ctx, &awsec2.CreateTagsInput{Resources: []string{id}, Tags: tag("team", "b", "pods", "x/y", "empty", "")}); err != nil {
+		t.Fatalf("CreateTags: %v", err)
+	}
+	if got, want := tags(), map[string]string{"Name": "n1", "team": "b", "stage": "dev", "pods": "x/y", "empty": ""}; !maps.Equal(got, want) {
+		t.Errorf("after CreateTags %v, want %v", got, want)
+	}
+	if _, err := c.DeleteTags(ctx, &awsec2.DeleteTagsInput{Resources: []string{id}, Tags: []types.Tag{{Key: aws.String("pods")}, {Key: aws.String("team"), Value: aws.String("a")}, {Key: aws.String("absent")}}}); err != nil {
+		t.Fatalf("DeleteTags: %v", err)
+	}
+	if got, want := tags(), map[string]string{"Name": "n1", "team": "b", "stage": "dev", "empty": ""}; !maps.Equal(got, want) {
+		t.Errorf("after DeleteTags %v, want %v", got, want)
+	}
+	if _, err := c.DeleteTags(ctx, &awsec2.DeleteTagsInput{Resources: []string{id}}); err != nil {
+		t.Fatalf("DeleteTags of every tag: %v", err)
+	}
+	if got := tags(); len(got) != 0 {
+		t.Errorf("after deleting every tag %v", got)
+	}
+
+	var many []string
+	for i := range 51 {
+		many = append(many, fmt.Sprintf("k%d", i), "v")
+	}
+	s.SetEventualConsistency(true)
+	lagging, err := c.RunInstances(ctx, run("trn1.32xlarge", "subnet-a", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetEventualConsistency(false)
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"unknown instance", func() error {
+			_, err := c.CreateTags(ctx, &awsec2.CreateTagsInput{Resources: []string{"i-0000000000000dead"}, Tags: tag("a", "b")})
+			return err
+		}, "InvalidInstanceID.NotFound"},
+		{"delete on an unknown instance", func() error {
+			_, err := c.DeleteTags(ctx, &awsec2.DeleteTagsInput{Resources: []string{id, "i-0000000000000dead"}, Tags: tag("a", "b")})
+			return err
+		}, "InvalidInstanceID.NotFound"},
+		{"not an instance", func() error {
+			_, err := c.CreateTags(ctx, &awsec2.CreateTagsInput{Resources: []string{"bogus"}, Tags: tag("a", "b")})
+			return err
+		}, "InvalidID"},
+		{"reserved key", func() error {
+			_, err := c.CreateTags(ctx, &awsec2.CreateTagsInput{Resources: []string{id}, Tags: tag("aws:x", "b")})
+			return err
+		}, "InvalidParameterValue"},
+		{"long value", func() error {
+			_, err := c.CreateTags(ctx, &awsec2.CreateTagsInput{Resources: []string{id}, Tags: tag("a", strings.Repeat("v", 257))})
+			return err
+		}, "InvalidParameterValue"},
+		{"more than 50 tags", func() error {
+			_, err := c.CreateTags(ctx, &awsec2.CreateTagsInput{Resources: []string{id}, Tags: tag(many...)})
+			return err
+		}, "TagLimitExceeded"},
+		{"dry run", func() error {
+			_, err := c.CreateTags(ctx, &awsec2.CreateTagsInput{Resources: []string{id}, Tags: tag("a", "b"), DryRun: aws.Bool(true)})
+			return err
+		}, "DryRunOperation"},
+		{"denied", func() error {
+			s.Deny("DeleteTags")
+			_, err := c.DeleteTags(ctx, &awsec2.DeleteTagsInput{Resources: []string{id}})
+			return err
+		}, "UnauthorizedOperation"},
+	} {
+		if err := tc.call(); code(err) != tc.want {
+			t.Errorf("%s: %v, want %s", tc.name, err, tc.want)
+		}
+	}
+	if got := tags(); len(got) != 0 {
+		t.Errorf("failed calls changed the tags: %v", got)
+	}
+	// An instance DescribeInstances did not show yet when it launched is visible to CreateTags
+	// once EC2 caught up; while it lags, CreateTags does not find it either.
+	s.SetEventualConsistency(true)
+	lagID := aws.ToString(lagging.Instances[0].InstanceId)
+	if _, err := c.CreateTags(ctx, &awsec2.CreateTagsInput{Resources: []string{lagID}, Tags: tag("a", "b")}); err != nil {
+		t.Errorf("CreateTags on an instance launched before the lag: %v", err)
+	}
+	fresh, err := c.RunInstances(ctx, run("trn1.32xlarge", "subnet-a", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateTags(ctx, &awsec2.CreateTagsInput{Resources: []string{aws.ToString(fresh.Instances[0].InstanceId)}, Tags: tag("a", "b")}); code(err) != "InvalidInstanceID.NotFound" {
+		t.Errorf("CreateTags on an instance EC2 does not show yet: %v", err)
+	}
+}
+
 // post sends a raw EC2 Query request.
 func post(t *testing.T, s *Server, authz string, form url.Values) (int, string) {
 	t.Helper()
@@ -328,6 +453,10 @@ func TestWireErrors(t *testing.T) {
 		{"bad list index", auth, form("Action", "DescribeInstances", "Version", APIVersion, "Filter.x.Name", "tag:a"), 400, "UnknownParameter"},
 		{"filter without value", auth, form("Action", "DescribeInstances", "Version", APIVersion, "Filter.1.Name", "tag:a"), 400, "InvalidParameterValue"},
 		{"terminate nothing", auth, form("Action", "TerminateInstances", "Version", APIVersion), 400, "MissingParameter"},
+		{"tag nothing", auth, form("Action", "CreateTags", "Version", APIVersion, "Tag.1.Key", "k"), 400, "MissingParameter"},
+		{"no tag", auth, form("Action", "CreateTags", "Version", APIVersion, "ResourceId.1", "i-0000000000000dead"), 400, "MissingParameter"},
+		{"tag an unknown instance", auth, form("Action", "CreateTags", "Version", APIVersion, "ResourceId.1", "i-0000000000000dead", "Tag.1.Key", "k"), 400, "InvalidInstanceID.NotFound"},
+		{"tag member not modeled", auth, form("Action", "DeleteTags", "Version", APIVersion, "ResourceId.1", "i-0000000000000dead", "Tag.1.Color", "red"), 400, "UnknownParameter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, body := post(t, s, tc.auth, tc.form)
@@ -350,6 +479,20 @@ func TestWireErrors(t *testing.T) {
 	status, body := post(t, s, auth, form("Action", "DescribeInstances", "Version", APIVersion))
 	if status != 200 || !strings.HasPrefix(body, xml.Header+`<DescribeInstancesResponse xmlns="`+Namespace+`"><requestId>`) {
 		t.Errorf("success: %d %s", status, body)
+	}
+	_, body = post(t, s, auth, form("Action", "RunInstances", "Version", APIVersion, "MinCount", "1", "MaxCount", "1", "ImageId", "ami-1"))
+	var run struct {
+		ID string `xml:"instancesSet>item>instanceId"`
+	}
+	if err := xml.Unmarshal([]byte(body), &run); err != nil || run.ID == "" {
+		t.Fatalf("RunInstances: %s (%v)", body, err)
+	}
+	for _, action := range []string{"CreateTags", "DeleteTags"} {
+		status, body := post(t, s, auth, form("Action", action, "Version", APIVersion, "ResourceId.1", run.ID, "Tag.1.Key", "k", "Tag.1.Value", "v"))
+		re := regexp.MustCompile(`^` + regexp.QuoteMeta(xml.Header+`<`+action+`Response xmlns="`+Namespace+`"><requestId>`) + `[0-9a-f-]+</requestId><return>true</return></` + action + `Response>$`)
+		if status != 200 || !re.MatchString(body) {
+			t.Errorf("%s: %d %s", action, status, body)
+		}
 	}
 }
 
@@ -383,6 +526,8 @@ func FuzzServeHTTP(f *testing.F) {
 		"Action=DescribeInstances&Version=2016-11-15&Filter.1.Name=tag%3Ateam&Filter.1.Value.1=a*&MaxResults=5",
 		"Action=DescribeInstances&Version=2016-11-15&NextToken=ZmFrZWVjMjox",
 		"Action=TerminateInstances&Version=2016-11-15&InstanceId.1=i-00000000000000002",
+		"Action=CreateTags&Version=2016-11-15&ResourceId.1=i-00000000000000002&Tag.1.Key=k&Tag.1.Value=v",
+		"Action=DeleteTags&Version=2016-11-15&ResourceId.1=i-00000000000000002&Tag.1.Key=k",
 		"Action=RunInstances&Version=2016-11-15&MinCount=2&MaxCount=1",
 		"Action=DescribeInstances&Version=2016-11-15&Filter.01.Name=x",
 		"%zz",

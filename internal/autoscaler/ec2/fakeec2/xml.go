@@ -98,6 +98,22 @@ type terminateInstancesResponse struct {
 	Instances []xmlStateChange `xml:"instancesSet>item"`
 }
 
+// createTagsResponse and deleteTagsResponse answer CreateTags and DeleteTags: only the request id
+// and <return>true</return>.
+type createTagsResponse struct {
+	XMLName   xml.Name `xml:"CreateTagsResponse"`
+	Xmlns     string   `xml:"xmlns,attr"`
+	RequestID string   `xml:"requestId"`
+	Return    bool     `xml:"return"`
+}
+
+type deleteTagsResponse struct {
+	XMLName   xml.Name `xml:"DeleteTagsResponse"`
+	Xmlns     string   `xml:"xmlns,attr"`
+	RequestID string   `xml:"requestId"`
+	Return    bool     `xml:"return"`
+}
+
 // errorResponse is EC2's error document (no namespace; RequestID, not requestId).
 type errorResponse struct {
 	XMLName   xml.Name   `xml:"Response"`
