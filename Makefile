@@ -29,6 +29,16 @@ build: ## Build every binary into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 	@echo "built: $(addprefix $(BIN)/,$(COMMANDS))"
 
+.PHONY: images
+images: ## Build each component's OCI image (linux/amd64, arm64) into bin/images/<name>.tar, no Docker: docs/images.md
+	cd hack/images && $(GO) run . -repo ../.. -out ../../$(BIN)/images
+
+# Without -race: it makes compressing the binaries several times slower; `go test -race ./...`
+# in hack/images runs the same code on small binaries.
+.PHONY: images-verify
+images-verify: ## Check that the images are reproducible: build them twice, once with an empty Go build cache (minutes)
+	cd hack/images && KUBE_NEURON_IMAGES_VERIFY=1 $(GO) test -count=1 -timeout 60m -v ./...
+
 KUBE_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
 LAB_DIR    ?= .lab
 CHART      := deployments/helm/kube-neuron
@@ -101,6 +111,12 @@ tools: ## Build the pinned tools (etcd, kube-apiserver, kube-scheduler, kube-con
 .PHONY: chart-lint
 chart-lint: ## helm lint the chart (the chart's Go tests also render it for the seed install commands)
 	"$$(hack/helm/build.sh)" lint --strict $(CHART)
+
+.PHONY: chart
+chart: ## Package the Helm chart into bin/kube-neuron-<Chart.yaml version>.tgz (after helm lint)
+	@mkdir -p $(BIN)
+	"$$(hack/helm/build.sh)" lint --strict $(CHART)
+	"$$(hack/helm/build.sh)" package $(CHART) --destination $(BIN)
 
 .PHONY: clean
 clean: ## Remove bin/ (the tool cache stays: it is keyed by hack/tools/go.sum)

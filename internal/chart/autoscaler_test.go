@@ -203,8 +203,8 @@ func checkAutoscaler(t *testing.T, m manifest, ns string, replicas int32, wantEn
 		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
 	}
 	c := spec.Containers[0]
-	if c.Name != autoscalerName || c.Image != "kube-neuron:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
-		t.Errorf("container %q image %q pull %q, want neuron-autoscaler kube-neuron:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
+	if c.Name != autoscalerName || c.Image != "neuron-autoscaler:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("container %q image %q pull %q, want neuron-autoscaler neuron-autoscaler:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
 	}
 	if !slices.Equal(c.Command, []string{"/neuron-autoscaler"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-autoscaler] and no args", c.Command, c.Args)
@@ -297,7 +297,7 @@ func TestAutoscalerValues(t *testing.T) {
 	m := render(t, append(slices.Clone(autoscalerEC2),
 		"npd.enabled=false",
 		"devicePlugin.enabled=false",
-		"image.repository=registry.example.com/kube-neuron",
+		"image.registry=registry.example.com/kube-neuron",
 		"image.tag=v9",
 		"image.pullPolicy=Always",
 		"imagePullSecrets[0].name=pull",
@@ -347,7 +347,7 @@ func TestAutoscalerValues(t *testing.T) {
 	}
 	spec := pod.Spec
 	c := spec.Containers[0]
-	if c.Image != "registry.example.com/kube-neuron:v9" || c.ImagePullPolicy != corev1.PullAlways || !slices.Equal(c.Args, []string{"--v=5"}) {
+	if c.Image != "registry.example.com/kube-neuron/neuron-autoscaler:v9" || c.ImagePullPolicy != corev1.PullAlways || !slices.Equal(c.Args, []string{"--v=5"}) {
 		t.Errorf("image %q pull %q args %q", c.Image, c.ImagePullPolicy, c.Args)
 	}
 	if !reflect.DeepEqual(spec.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "pull"}}) || spec.PriorityClassName != "neuron" {

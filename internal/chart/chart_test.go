@@ -74,7 +74,7 @@ func TestSeedInstallCommands(t *testing.T) {
 	}, {
 		name: "(c) scheduler extender with a second scheduler",
 		sets: []string{"scheduler.enabled=true", "npd.enabled=false"},
-		want: objects(devicePluginObjects, extenderObjects, pdbObjects, mySchedulerObjects), // checked in TestSchedulerSeedInstallCommands
+		want: objects(devicePluginObjects, extenderObjects, pdbObjects, networkPolicyObjects, mySchedulerObjects), // checked in TestSchedulerSeedInstallCommands
 	}, {
 		name: "(d) scheduler extender with the default scheduler",
 		sets: []string{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true", "npd.enabled=false"},
@@ -182,8 +182,8 @@ func checkDevicePlugin(t *testing.T, m manifest, ns string) {
 		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
 	}
 	c := spec.Containers[0]
-	if c.Name != "neuron-device-plugin" || c.Image != "kube-neuron:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
-		t.Errorf("container %q image %q pull %q, want neuron-device-plugin kube-neuron:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
+	if c.Name != "neuron-device-plugin" || c.Image != "neuron-device-plugin:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("container %q image %q pull %q, want neuron-device-plugin neuron-device-plugin:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
 	}
 	if !slices.Equal(c.Command, []string{"/neuron-device-plugin"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-device-plugin] and no args", c.Command, c.Args)
@@ -241,7 +241,6 @@ func checkDevicePluginRBAC(t *testing.T, m manifest, ns string) {
 	role := get[rbacv1.ClusterRole](t, m, "ClusterRole", "", "neuron-device-plugin")
 	wantRules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if !reflect.DeepEqual(role.Rules, wantRules) {
@@ -516,7 +515,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"devicePlugin.allocationSource=bogus", "value must be one of 'auto', 'extender', 'kubelet'"},
 		{"npd.enable=false", "additional properties 'enable' not allowed"},
 		{"scheduler.customScheduler.enbled=false", "additional properties 'enbled' not allowed"},
-		{"draDriver.image=x", "additional properties 'image' not allowed"},
+		{"draDriver.image.tag=x", "additional properties 'tag' not allowed"},
 		{"autoscaler.enabled=yes", "/autoscaler/enabled"},
 		{"neuronInstance={trn1.2xlarge}", "additional properties 'neuronInstance' not allowed"},
 		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
@@ -545,7 +544,7 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 	t.Parallel()
 	m := render(t,
 		"npd.enabled=false",
-		"image.repository=registry.example.com/kube-neuron",
+		"image.registry=registry.example.com/kube-neuron",
 		"image.tag=v9",
 		"image.pullPolicy=Always",
 		"imagePullSecrets[0].name=pull",
@@ -575,7 +574,7 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 	ds := get[appsv1.DaemonSet](t, m, "DaemonSet", "neuron", "neuron-device-plugin")
 	spec := ds.Spec.Template.Spec
 	c := spec.Containers[0]
-	if c.Image != "registry.example.com/kube-neuron:v9" || c.ImagePullPolicy != corev1.PullAlways {
+	if c.Image != "registry.example.com/kube-neuron/neuron-device-plugin:v9" || c.ImagePullPolicy != corev1.PullAlways {
 		t.Errorf("image %q pull %q", c.Image, c.ImagePullPolicy)
 	}
 	if !reflect.DeepEqual(spec.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "pull"}}) {

@@ -109,8 +109,8 @@ func checkDRADriver(t *testing.T, m manifest, withDevicePlugin bool) {
 		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
 	}
 	c := spec.Containers[0]
-	if c.Name != "neuron-dra-driver" || c.Image != "kube-neuron:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
-		t.Errorf("container %q image %q pull %q, want neuron-dra-driver kube-neuron:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
+	if c.Name != "neuron-dra-driver" || c.Image != "neuron-dra-driver:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("container %q image %q pull %q, want neuron-dra-driver neuron-dra-driver:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
 	}
 	if !slices.Equal(c.Command, []string{"/neuron-dra-driver"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-dra-driver] and no args", c.Command, c.Args)
@@ -219,11 +219,10 @@ func checkDRARBAC(t *testing.T, m manifest) {
 	get[corev1.ServiceAccount](t, m, "ServiceAccount", draNS, draSA)
 	role := get[rbacv1.ClusterRole](t, m, "ClusterRole", "", "neuron-dra-driver-clusterrole")
 	wantRules := []rbacv1.PolicyRule{
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if !reflect.DeepEqual(role.Rules, wantRules) {
 		t.Errorf("ClusterRole neuron-dra-driver-clusterrole rules =\n  %+v\nwant\n  %+v", role.Rules, wantRules)
@@ -297,7 +296,7 @@ func checkDRAPolicy(t *testing.T, m manifest) {
 func TestDRAValuesReachTheDaemonSet(t *testing.T) {
 	t.Parallel()
 	m := render(t, append(slices.Clone(seed003),
-		"image.repository=registry.example.com/kube-neuron",
+		"image.registry=registry.example.com/kube-neuron",
 		"image.tag=v9",
 		"image.pullPolicy=Always",
 		"imagePullSecrets[0].name=pull",
@@ -325,7 +324,7 @@ func TestDRAValuesReachTheDaemonSet(t *testing.T) {
 	checkDRARBAC(t, m)
 	spec := get[appsv1.DaemonSet](t, m, "DaemonSet", draNS, draDaemonSet).Spec.Template.Spec
 	c := spec.Containers[0]
-	if c.Image != "registry.example.com/kube-neuron:v9" || c.ImagePullPolicy != corev1.PullAlways {
+	if c.Image != "registry.example.com/kube-neuron/neuron-dra-driver:v9" || c.ImagePullPolicy != corev1.PullAlways {
 		t.Errorf("image %q pull %q", c.Image, c.ImagePullPolicy)
 	}
 	if !reflect.DeepEqual(spec.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "pull"}}) {

@@ -15,6 +15,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -144,6 +145,17 @@ var newTypes = map[string]func() any{
 	"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding": func() any {
 		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 	},
+	"admissionregistration.k8s.io/v1 MutatingAdmissionPolicy": func() any {
+		return &admissionregistrationv1.MutatingAdmissionPolicy{}
+	},
+	"admissionregistration.k8s.io/v1 MutatingAdmissionPolicyBinding": func() any {
+		return &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+	},
+	"networking.k8s.io/v1 NetworkPolicy": func() any { return &networkingv1.NetworkPolicy{} },
+	// cert-manager's types are not a dependency: certManagerObject lists the fields the chart
+	// may set (strict decoding rejects any other).
+	"cert-manager.io/v1 Certificate": func() any { return &certManagerObject{} },
+	"cert-manager.io/v1 Issuer":      func() any { return &certManagerObject{} },
 }
 
 // render renders the chart with the given --set values; it fails the test if helm fails.

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,8 +31,10 @@ var (
 		"ServiceAccount kube-system/k8s-neuron-scheduler",
 	}
 	// pdbObjects: rendered when scheduler.replicas > 1 (the default 2).
-	pdbObjects         = []string{"PodDisruptionBudget kube-system/k8s-neuron-scheduler"}
-	mySchedulerObjects = []string{
+	pdbObjects = []string{"PodDisruptionBudget kube-system/k8s-neuron-scheduler"}
+	// networkPolicyObjects: rendered by default with my-scheduler.
+	networkPolicyObjects = []string{"NetworkPolicy kube-system/k8s-neuron-scheduler"}
+	mySchedulerObjects   = []string{
 		"ClusterRole /my-scheduler",
 		"ClusterRoleBinding /my-scheduler",
 		"ClusterRoleBinding /my-scheduler-as-kube-scheduler",
@@ -129,7 +132,7 @@ func TestSchedulerSeedInstallCommands(t *testing.T) {
 	t.Run("(c) scheduler extender with a second scheduler", func(t *testing.T) {
 		t.Parallel()
 		m := render(t, "scheduler.enabled=true", "npd.enabled=false")
-		if got, want := m.names(), objects(devicePluginObjects, extenderObjects, pdbObjects, mySchedulerObjects); !slices.Equal(got, want) {
+		if got, want := m.names(), objects(devicePluginObjects, extenderObjects, pdbObjects, networkPolicyObjects, mySchedulerObjects); !slices.Equal(got, want) {
 			t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
 		}
 		checkDevicePlugin(t, m, "kube-system")
@@ -287,8 +290,8 @@ func checkExtender(t *testing.T, m manifest, ns string, replicas int32, hostNetw
 		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
 	}
 	c := spec.Containers[0]
-	if c.Name != "neuron-scheduler-extender" || c.Image != "kube-neuron:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
-		t.Errorf("container %q image %q pull %q, want neuron-scheduler-extender kube-neuron:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
+	if c.Name != "neuron-scheduler-extender" || c.Image != "neuron-scheduler-extender:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("container %q image %q pull %q, want neuron-scheduler-extender neuron-scheduler-extender:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
 	}
 	if !slices.Equal(c.Command, []string{"/neuron-scheduler-extender"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-scheduler-extender] and no args", c.Command, c.Args)
@@ -298,16 +301,21 @@ func checkExtender(t *testing.T, m manifest, ns string, replicas int32, hostNetw
 		{Name: "NEURON_PLACEMENT_POLICY", Value: "best-fit"},
 		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 		{Name: "NEURON_MIRROR_USAGE_ANNOTATIONS", Value: "false"},
+		{Name: "NEURON_METRICS_ADDRESS", Value: ":9467"},
 	}
 	if !reflect.DeepEqual(c.Env, wantEnv) {
 		t.Errorf("env =\n  %+v\nwant\n  %+v", c.Env, wantEnv)
 	}
-	wantPorts := []corev1.ContainerPort{{Name: "http", ContainerPort: 12345, Protocol: corev1.ProtocolTCP}}
+	wantPorts := []corev1.ContainerPort{
+		{Name: "http", ContainerPort: 12345, Protocol: corev1.ProtocolTCP},
+		{Name: "metrics", ContainerPort: 9467, Protocol: corev1.ProtocolTCP},
+	}
 	if !reflect.DeepEqual(c.Ports, wantPorts) {
 		t.Errorf("ports = %+v, want %+v", c.Ports, wantPorts)
 	}
-	checkHTTPProbe(t, "readinessProbe", c.ReadinessProbe, "/readyz", intstr.FromString("http"), "")
-	checkHTTPProbe(t, "livenessProbe", c.LivenessProbe, "/healthz", intstr.FromString("http"), "")
+	// The probes use the metrics port, which needs no client certificate also with TLS on.
+	checkHTTPProbe(t, "readinessProbe", c.ReadinessProbe, "/readyz", intstr.FromString("metrics"), "")
+	checkHTTPProbe(t, "livenessProbe", c.LivenessProbe, "/healthz", intstr.FromString("metrics"), "")
 	checkResources(t, c.Resources, "50m", "64Mi", "500m", "256Mi")
 	wantSC := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
@@ -357,10 +365,9 @@ func checkExtenderRBAC(t *testing.T, m manifest, ns string) {
 	get[corev1.ServiceAccount](t, m, "ServiceAccount", ns, "k8s-neuron-scheduler")
 	role := get[rbacv1.ClusterRole](t, m, "ClusterRole", "", "k8s-neuron-scheduler")
 	wantRules := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
-		{APIGroups: []string{""}, Resources: []string{"bindings"}, Verbs: []string{"create"}},
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if !reflect.DeepEqual(role.Rules, wantRules) {
@@ -370,7 +377,7 @@ func checkExtenderRBAC(t *testing.T, m manifest, ns string) {
 
 	leases := get[rbacv1.Role](t, m, "Role", ns, "k8s-neuron-scheduler")
 	wantLeaseRules := []rbacv1.PolicyRule{
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
 	}
 	if !reflect.DeepEqual(leases.Rules, wantLeaseRules) {
 		t.Errorf("Role k8s-neuron-scheduler rules =\n  %+v\nwant\n  %+v", leases.Rules, wantLeaseRules)
@@ -450,13 +457,14 @@ func TestSchedulerValues(t *testing.T) {
 	t.Parallel()
 	m := render(t,
 		"npd.enabled=false",
-		"image.repository=registry.example.com/kube-neuron",
+		"image.registry=registry.example.com/kube-neuron",
 		"image.tag=v9",
 		"imagePullSecrets[0].name=pull",
 		"scheduler.enabled=true",
 		"scheduler.namespace=neuron",
 		"scheduler.replicas=3",
 		"scheduler.port=8080",
+		"scheduler.metricsPort=9090",
 		"scheduler.policy=first-fit",
 		"scheduler.mirrorUsageAnnotations=true",
 		"scheduler.extenderWeight=5",
@@ -482,7 +490,7 @@ func TestSchedulerValues(t *testing.T) {
 	}
 	spec := pod.Spec
 	c := spec.Containers[0]
-	if c.Image != "registry.example.com/kube-neuron:v9" || !slices.Equal(c.Args, []string{"--v=5"}) {
+	if c.Image != "registry.example.com/kube-neuron/neuron-scheduler-extender:v9" || !slices.Equal(c.Args, []string{"--v=5"}) {
 		t.Errorf("image %q args %q", c.Image, c.Args)
 	}
 	if !reflect.DeepEqual(spec.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "pull"}}) || spec.PriorityClassName != "neuron" {
@@ -495,14 +503,19 @@ func TestSchedulerValues(t *testing.T) {
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
 	}
-	for k, v := range map[string]string{"PORT": "8080", "NEURON_PLACEMENT_POLICY": "first-fit", "NEURON_MIRROR_USAGE_ANNOTATIONS": "true"} {
+	for k, v := range map[string]string{"PORT": "8080", "NEURON_PLACEMENT_POLICY": "first-fit", "NEURON_MIRROR_USAGE_ANNOTATIONS": "true", "NEURON_METRICS_ADDRESS": ":9090"} {
 		if env[k] != v {
 			t.Errorf("env %s = %q, want %q", k, env[k], v)
 		}
 	}
-	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8080 || c.Ports[0].Name != "http" {
-		t.Errorf("ports = %+v, want http 8080", c.Ports)
+	if len(c.Ports) != 2 || c.Ports[0].ContainerPort != 8080 || c.Ports[0].Name != "http" || c.Ports[1].ContainerPort != 9090 || c.Ports[1].Name != "metrics" {
+		t.Errorf("ports = %+v, want http 8080 and metrics 9090", c.Ports)
 	}
+	np := get[networkingv1.NetworkPolicy](t, m, "NetworkPolicy", "neuron", "k8s-neuron-scheduler")
+	if p := np.Spec.Ingress[0].Ports[0].Port; p.IntValue() != 8080 || np.Spec.Ingress[1].Ports[0].Port.IntValue() != 9090 {
+		t.Errorf("NetworkPolicy ports %+v, want 8080 and 9090", np.Spec.Ingress)
+	}
+	get[policyv1.PodDisruptionBudget](t, m, "PodDisruptionBudget", "neuron", "my-scheduler")
 	checkResources(t, c.Resources, "50m", "64Mi", "500m", "1Gi")
 	checkExtenderService(t, m, "neuron", 8080, 0)
 	get[policyv1.PodDisruptionBudget](t, m, "PodDisruptionBudget", "neuron", "k8s-neuron-scheduler")
@@ -561,7 +574,7 @@ func TestSchedulerDefaultSchedulerValues(t *testing.T) {
 func TestSchedulerOneReplica(t *testing.T) {
 	t.Parallel()
 	m := render(t, "scheduler.enabled=true", "scheduler.replicas=1", "npd.enabled=false")
-	if got, want := m.names(), objects(devicePluginObjects, extenderObjects, mySchedulerObjects); !slices.Equal(got, want) {
+	if got, want := m.names(), objects(devicePluginObjects, extenderObjects, networkPolicyObjects, mySchedulerObjects); !slices.Equal(got, want) {
 		t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
 	}
 	checkExtender(t, m, "kube-system", 1, false)
@@ -571,7 +584,7 @@ func TestSchedulerOneReplica(t *testing.T) {
 func TestSchedulerWithoutRegistration(t *testing.T) {
 	t.Parallel()
 	m := render(t, "scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "npd.enabled=false")
-	if got, want := m.names(), objects(devicePluginObjects, extenderObjects, pdbObjects); !slices.Equal(got, want) {
+	if got, want := m.names(), objects(devicePluginObjects, extenderObjects, pdbObjects, networkPolicyObjects); !slices.Equal(got, want) {
 		t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
 	}
 }
@@ -603,7 +616,7 @@ func TestSchedulerNeedsDevicePlugin(t *testing.T) {
 		t.Run(strings.Join(sets, " "), func(t *testing.T) {
 			t.Parallel()
 			m := render(t, append([]string{"scheduler.enabled=true", "devicePlugin.enabled=false", "npd.enabled=false"}, sets...)...)
-			if got, want := m.names(), objects(extenderObjects, pdbObjects, mySchedulerObjects); !slices.Equal(got, want) {
+			if got, want := m.names(), objects(extenderObjects, pdbObjects, networkPolicyObjects, mySchedulerObjects); !slices.Equal(got, want) {
 				t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
 			}
 		})
@@ -651,6 +664,7 @@ func TestSchedulerLint(t *testing.T) {
 		{"scheduler.enabled=true", "npd.enabled=false"},
 		{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true", "npd.enabled=false"},
 		{"scheduler.enabled=true", "scheduler.replicas=1", `scheduler.podAnnotations.prometheus\.io/scrape=true`},
+		{"scheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true", "scheduler.admissionPolicy.enabled=true", "scheduler.customScheduler.replicas=2"},
 	} {
 		t.Run(strings.Join(append([]string{"lint"}, sets...), " "), func(t *testing.T) {
 			t.Parallel()
@@ -681,10 +695,17 @@ func TestSchedulerNotes(t *testing.T) {
 		sets      []string
 		want, not []string
 	}{
-		{"second scheduler", []string{"scheduler.enabled=true"}, []string{check, url, optIn, checkMy}, []string{getConfig, configFlag}},
+		{"second scheduler", []string{"scheduler.enabled=true"}, []string{check, url, optIn, checkMy, "Anyone who can reach that port can bind pods"}, []string{getConfig, configFlag, "client certificate"}},
 		{"default scheduler", []string{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true"},
 			[]string{check, getConfig, configFlag, noPolicy, "http://127.0.0.1:32700"}, []string{optIn, checkMy}},
 		{"off", nil, nil, []string{check, optIn, getConfig}},
+		{"TLS and the admission policy", []string{"scheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.admissionPolicy.enabled=true"},
+			[]string{"https://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345", "need a client certificate signed by the ca.crt of Secret\n  k8s-neuron-scheduler-tls",
+				"(create both Secrets yourself: docs/security.md)", "MutatingAdmissionPolicy neuron-pods-use-my-scheduler", "port 9467"},
+			[]string{url, "Anyone who can reach that port can bind pods"}},
+		{"default scheduler with TLS", []string{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true"},
+			[]string{"https://127.0.0.1:32700", "Copy tls.crt, tls.key and ca.crt of Secret my-scheduler-extender-client-tls to /etc/kubernetes/pki/neuron-scheduler-extender/"},
+			[]string{"create both Secrets yourself"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

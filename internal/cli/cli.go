@@ -68,7 +68,7 @@ runs as "kubectl neuron".`,
 	root.SetErr(errOut)
 	root.PersistentFlags().StringArrayVar(&o.catalogFiles, "catalog", nil,
 		"instance catalog file applied over the built-in catalog (repeatable; see docs/catalog.md)")
-	root.AddCommand(newCatalogCommand(o), newPlanCommand(o), newTopologyCommand(o), newSimulateCommand(o), newNodesCommand(o))
+	root.AddCommand(newCatalogCommand(o), newPlanCommand(o), newTopologyCommand(o), newSimulateCommand(o), newNodesCommand(o), newCheckCommand(o))
 	root.AddCommand(newCleanupCommand(o))
 	return root
 }

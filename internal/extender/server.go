@@ -2,6 +2,7 @@ package extender
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,6 +65,20 @@ func (e *Extender) Handler(ctx context.Context) http.Handler {
 		}
 		return &extenderv1.ExtenderBindingResult{}, nil
 	}))
+	e.handleObservability(mux)
+	return mux
+}
+
+// MetricsHandler serves /metrics, /healthz and /readyz only: ServeOptions.MetricsAddress.
+func (e *Extender) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	e.handleObservability(mux)
+	return mux
+}
+
+// handleObservability adds /healthz, /readyz and /metrics. They answer "ok", why the extender
+// is not ready, and counts and durations: nothing about pods or nodes.
+func (e *Extender) handleObservability(mux *http.ServeMux) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !e.Ready() {
@@ -73,7 +88,6 @@ func (e *Extender) Handler(ctx context.Context) http.Handler {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(e.metrics.registry, promhttp.HandlerOpts{}))
-	return mux
 }
 
 func nodeNames(args *extenderv1.ExtenderArgs) []string {
@@ -130,33 +144,89 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return body, nil
 }
 
-// Serve listens on addr until ctx ends.
-func (e *Extender) Serve(ctx context.Context, addr string) error {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", addr, err)
-	}
-	return e.ServeListener(ctx, lis)
+// ServeOptions configure Serve.
+type ServeOptions struct {
+	// Address serves filter, prioritize and bind, and /healthz, /readyz and /metrics.
+	Address string
+	// MetricsAddress, when set, also serves /healthz, /readyz and /metrics on a plain HTTP
+	// listener of their own, so that probes and scrapers need no client certificate and a
+	// NetworkPolicy can admit them to that port only.
+	MetricsAddress string
+	// TLS, when set, serves Address over HTTPS (with client authentication when it names a
+	// client CA).
+	TLS *TLSOptions
 }
 
-// ServeListener serves on lis until ctx ends.
+// Serve listens until ctx ends; it returns the first listener's error.
+func (e *Extender) Serve(ctx context.Context, o ServeOptions) error {
+	handler := e.Handler(ctx)
+	var tlsConfig *tls.Config
+	if o.TLS != nil {
+		var err error
+		if tlsConfig, err = newTLSConfig(ctx, *o.TLS); err != nil {
+			return err
+		}
+		if o.TLS.ClientCAFile != "" {
+			handler = requireClientCert(handler)
+		}
+	}
+	lis, err := net.Listen("tcp", o.Address)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", o.Address, err)
+	}
+	if o.MetricsAddress == "" {
+		return serveHTTP(ctx, lis, handler, tlsConfig, "scheduler extender")
+	}
+	mlis, err := net.Listen("tcp", o.MetricsAddress)
+	if err != nil {
+		_ = lis.Close()
+		return fmt.Errorf("listening on %s: %w", o.MetricsAddress, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- serveHTTP(ctx, lis, handler, tlsConfig, "scheduler extender") }()
+	go func() { errc <- serveHTTP(ctx, mlis, e.MetricsHandler(), nil, "metrics and health") }()
+	err = <-errc
+	cancel()
+	return errors.Join(err, <-errc)
+}
+
+// ServeListener serves Handler over plain HTTP on lis until ctx ends.
 func (e *Extender) ServeListener(ctx context.Context, lis net.Listener) error {
+	return serveHTTP(ctx, lis, e.Handler(ctx), nil, "scheduler extender")
+}
+
+// serveHTTP serves h on lis (over TLS when tlsConfig is set) until ctx ends.
+func serveHTTP(ctx context.Context, lis net.Listener, h http.Handler, tlsConfig *tls.Config, what string) error {
 	srv := &http.Server{
-		Handler:           e.Handler(ctx),
+		Handler:           h,
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    1 << 16,
 	}
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-done:
+		}
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
-	klog.FromContext(ctx).Info("Serving the scheduler extender", "address", lis.Addr().String())
-	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	klog.FromContext(ctx).Info("Serving", "what", what, "address", lis.Addr().String(), "tls", tlsConfig != nil)
+	var err error
+	if tlsConfig != nil {
+		err = srv.ServeTLS(lis, "", "")
+	} else {
+		err = srv.Serve(lis)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

@@ -73,7 +73,21 @@ type ControlPlaneOptions struct {
 	// parent-death signal), for `make lab-up`; otherwise every child gets Pdeathsig SIGKILL so
 	// that nothing is left behind when a test binary dies or is interrupted.
 	Detach bool
+	// AuditLog makes kube-apiserver write an audit log of every request at level Metadata (user,
+	// user agent, verb, resource, subresource, namespace, name; no bodies) to
+	// Dir/logs/audit.log, one JSON event per line (AuditLogPath). Tests compare the calls each
+	// component makes with the RBAC rules the chart grants it.
+	AuditLog bool
 }
+
+// auditPolicy records every request once, when it arrives (a watch completes only when it
+// ends), without bodies.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["ResponseStarted", "ResponseComplete", "Panic"]
+rules:
+- level: Metadata
+`
 
 // ControlPlane is a running etcd, kube-apiserver, kube-controller-manager and kube-scheduler
 // on 127.0.0.1, started by StartControlPlane.
@@ -85,6 +99,7 @@ type ControlPlane struct {
 	server     string
 	kubeconfig string
 	restConfig *rest.Config
+	auditLog   string
 
 	mu      sync.Mutex
 	procs   []labProcess // in start order
@@ -183,7 +198,20 @@ func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlan
 	}
 
 	// kube-apiserver.
-	api, err := c.start(ctx, APIServerName, "kube-apiserver", StopOrderAPIServer, []string{
+	var auditArgs []string
+	if o.AuditLog {
+		policy := filepath.Join(dir, "config", "audit-policy.yaml")
+		if err := os.MkdirAll(filepath.Dir(policy), 0o755); err != nil {
+			return fail(err)
+		}
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+			return fail(err)
+		}
+		c.auditLog = filepath.Join(dir, "logs", "audit.log")
+		// The default mode, blocking: an event is in the file before its request is served.
+		auditArgs = []string{"--audit-policy-file=" + policy, "--audit-log-path=" + c.auditLog, "--audit-log-format=json"}
+	}
+	api, err := c.start(ctx, APIServerName, "kube-apiserver", StopOrderAPIServer, append([]string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -200,7 +228,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlan
 		"--endpoint-reconciler-type=none",
 		"--disable-admission-plugins=TaintNodesByCondition",
 		"--allow-privileged=true",
-	})
+	}, auditArgs...))
 	if err != nil {
 		return fail(err)
 	}
@@ -448,6 +476,10 @@ func (c *ControlPlane) RESTConfig() *rest.Config { return rest.CopyConfig(c.rest
 
 // Dir is the absolute state directory.
 func (c *ControlPlane) Dir() string { return c.dir }
+
+// AuditLogPath is the API server's audit log (JSON lines, one event per request at its stage
+// RequestReceived), "" without ControlPlaneOptions.AuditLog.
+func (c *ControlPlane) AuditLogPath() string { return c.auditLog }
 
 // Server is the apiserver URL (https://127.0.0.1:<port>).
 func (c *ControlPlane) Server() string { return c.server }

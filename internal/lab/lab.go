@@ -54,6 +54,8 @@ type Options struct {
 	// AutoscalerArgs are extra arguments of neuron-autoscaler (ComponentAutoscaler), after the
 	// lab's own (--provider=local, --batch-window=1s, no leader election).
 	AutoscalerArgs []string
+	// AuditLog writes the API server's audit log (ControlPlaneOptions.AuditLog).
+	AuditLog bool
 }
 
 // Components the lab can run.
@@ -340,6 +342,12 @@ func (l *Lab) RestartExtender(ctx context.Context) error {
 	return waitHTTP(ctx, l.extenderURL+"/readyz", 30*time.Second)
 }
 
+// ComponentPath is the path of a kube-neuron binary the lab runs (Options.ComponentBinDir), for
+// tests that start one of their own.
+func (l *Lab) ComponentPath(name string) string {
+	return filepath.Join(l.opts.ComponentBinDir, name)
+}
+
 // ExtenderURL is the extender's URL, "" when it does not run.
 func (l *Lab) ExtenderURL() string { return l.extenderURL }
 
@@ -379,7 +387,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	cp, err := StartControlPlane(ctx, ControlPlaneOptions{BinDir: o.BinDir, Dir: o.Dir})
+	cp, err := StartControlPlane(ctx, ControlPlaneOptions{BinDir: o.BinDir, Dir: o.Dir, AuditLog: o.AuditLog})
 	if err != nil {
 		return nil, err
 	}

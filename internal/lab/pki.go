@@ -166,6 +166,26 @@ func (p *PKI) IssueClientCert(name, cn string, orgs ...string) (certPath, keyPat
 	return certPath, keyPath, nil
 }
 
+// IssueServingCert writes Dir/<name>.crt and Dir/<name>.key: a serving certificate signed by the
+// lab CA for the DNS names and IP addresses (tests serve HTTPS with it, e.g. the extender).
+func (p *PKI) IssueServingCert(name string, dnsNames []string, ips []net.IP) (certPath, keyPath string, err error) {
+	if name == "" || filepath.Base(name) != name {
+		return "", "", fmt.Errorf("serving certificate name %q must be a plain file name", name)
+	}
+	certPath = filepath.Join(p.Dir, name+".crt")
+	keyPath = filepath.Join(p.Dir, name+".key")
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name},
+		DNSNames:    dnsNames,
+		IPAddresses: ips,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if err := p.issue(tmpl, certPath, keyPath); err != nil {
+		return "", "", err
+	}
+	return certPath, keyPath, nil
+}
+
 func (p *PKI) issue(tmpl *x509.Certificate, certPath, keyPath string) error {
 	if p.caCert == nil || p.caKey == nil {
 		return errors.New("the PKI has no CA key loaded: create it with GeneratePKI")

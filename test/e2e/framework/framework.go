@@ -96,6 +96,13 @@ func BuildComponents(dir string, names ...string) error {
 // lab, also when the run is interrupted. On failure the lab's directory (logs of every process)
 // is kept.
 func Main(m *testing.M, fleet *lab.FleetFile, components ...string) int {
+	return MainOptions(m, lab.Options{Fleet: fleet, Components: components})
+}
+
+// MainOptions is Main with more of the lab's options (AuditLog, AutoscalerArgs, Manifests); it
+// sets BinDir, Dir, ComponentBinDir and Verbosity itself and builds o.Components.
+func MainOptions(m *testing.M, o lab.Options) int {
+	components := o.Components
 	binDir, err := BinDir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -114,7 +121,8 @@ func Main(m *testing.M, fleet *lab.FleetFile, components ...string) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	begin := time.Now()
-	L, err = lab.Start(ctx, lab.Options{BinDir: binDir, Dir: dir, Fleet: fleet, ComponentBinDir: componentDir, Components: components, Verbosity: 4})
+	o.BinDir, o.Dir, o.ComponentBinDir, o.Verbosity = binDir, dir, componentDir, 4
+	L, err = lab.Start(ctx, o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: starting the lab: %v\n(lab directory kept: %s)\n", err, dir)
 		return 1

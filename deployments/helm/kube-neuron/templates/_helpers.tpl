@@ -17,10 +17,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{/*
-The kube-neuron image; the tag defaults to the chart's appVersion.
+A component's image: <image.registry>/<repository>:<image.tag>, without the registry when it is
+empty; the tag defaults to the chart's appVersion. Takes (dict "root" $ "image" <component>.image).
 */}}
 {{- define "kube-neuron.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- $g := .root.Values.image -}}
+{{- $ref := printf "%s:%s" .image.repository ($g.tag | default .root.Chart.AppVersion) -}}
+{{- with trimSuffix "/" $g.registry -}}
+{{- $ref = printf "%s/%s" . $ref -}}
+{{- end -}}
+{{- $ref -}}
 {{- end -}}
 
 {{/*
@@ -115,7 +121,8 @@ app.kubernetes.io/component: autoscaler
 
 {{/*
 The extenders block of a KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) that
-registers the extender at urlPrefix. Takes (dict "urlPrefix" URL "weight" N).
+registers the extender at urlPrefix. Takes (dict "urlPrefix" URL "weight" N "tls" T), T nil or
+(dict "serverName" S "certFile" F "keyFile" K "caFile" C): HTTPS with that client certificate.
 */}}
 {{- define "kube-neuron.scheduler.extenders" -}}
 extenders:
@@ -124,7 +131,16 @@ extenders:
     prioritizeVerb: prioritize
     bindVerb: bind
     weight: {{ int .weight }}
-    enableHTTPS: false
+    enableHTTPS: {{ if .tls }}true{{ else }}false{{ end }}
+    {{- with .tls }}
+    # The extender's certificate is checked against caFile for serverName; certFile and keyFile
+    # are the scheduler's client certificate.
+    tlsConfig:
+      serverName: {{ .serverName }}
+      certFile: {{ .certFile }}
+      keyFile: {{ .keyFile }}
+      caFile: {{ .caFile }}
+    {{- end }}
     nodeCacheCapable: true
     httpTimeout: 30s
     ignorable: false
@@ -138,15 +154,41 @@ extenders:
 {{- end -}}
 
 {{/*
+The name in the extender's serving certificate that the schedulers check.
+*/}}
+{{- define "kube-neuron.scheduler.serverName" -}}
+{{- printf "k8s-neuron-scheduler.%s.svc" .Values.scheduler.namespace -}}
+{{- end -}}
+
+{{/*
+http or https: the scheme of the extender's port.
+*/}}
+{{- define "kube-neuron.scheduler.scheme" -}}
+{{- if .Values.scheduler.tls.enabled }}https{{ else }}http{{ end -}}
+{{- end -}}
+
+{{/*
+Where my-scheduler mounts its client certificate Secret (scheduler.tls.clientSecretName).
+*/}}
+{{- define "kube-neuron.myScheduler.tlsDir" -}}
+/etc/kubernetes/my-scheduler-tls
+{{- end -}}
+
+{{/*
 my-scheduler's KubeSchedulerConfiguration: the extender through its Service.
 */}}
 {{- define "kube-neuron.myScheduler.config" -}}
 {{- $s := .Values.scheduler -}}
+{{- $tls := dict -}}
+{{- if $s.tls.enabled -}}
+{{- $dir := include "kube-neuron.myScheduler.tlsDir" . -}}
+{{- $tls = dict "serverName" (include "kube-neuron.scheduler.serverName" .) "certFile" (printf "%s/tls.crt" $dir) "keyFile" (printf "%s/tls.key" $dir) "caFile" (printf "%s/ca.crt" $dir) -}}
+{{- end -}}
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:
   - schedulerName: my-scheduler
-{{ include "kube-neuron.scheduler.extenders" (dict "urlPrefix" (printf "http://k8s-neuron-scheduler.%s.svc.cluster.local:%d" $s.namespace (int $s.port)) "weight" $s.extenderWeight) }}
+{{ include "kube-neuron.scheduler.extenders" (dict "urlPrefix" (printf "%s://k8s-neuron-scheduler.%s.svc.cluster.local:%d" (include "kube-neuron.scheduler.scheme" .) $s.namespace (int $s.port)) "weight" $s.extenderWeight "tls" $tls) }}
 leaderElection:
   leaderElect: true
   resourceNamespace: {{ $s.namespace }}
@@ -159,6 +201,10 @@ control-plane node kube-scheduler runs on.
 */}}
 {{- define "kube-neuron.defaultScheduler.config" -}}
 {{- $s := .Values.scheduler -}}
+{{- $tls := dict -}}
+{{- if $s.tls.enabled -}}
+{{- $tls = merge (dict "serverName" (include "kube-neuron.scheduler.serverName" .)) $s.defaultScheduler.tls -}}
+{{- end -}}
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 # With --config, kube-scheduler ignores --kubeconfig and the --leader-elect flags.
@@ -168,7 +214,7 @@ leaderElection:
   leaderElect: true
 profiles:
   - schedulerName: default-scheduler
-{{ include "kube-neuron.scheduler.extenders" (dict "urlPrefix" (printf "http://127.0.0.1:%d" (int $s.defaultScheduler.nodePort)) "weight" $s.extenderWeight) }}
+{{ include "kube-neuron.scheduler.extenders" (dict "urlPrefix" (printf "%s://127.0.0.1:%d" (include "kube-neuron.scheduler.scheme" .) (int $s.defaultScheduler.nodePort)) "weight" $s.extenderWeight "tls" $tls) }}
 {{- end -}}
 
 {{/*
@@ -183,6 +229,16 @@ Fails rendering on contradictory values. validate.yaml includes it, so every ren
 {{- end -}}
 {{- if and .Values.scheduler.customScheduler.enabled .Values.scheduler.defaultScheduler.enabled -}}
 {{- fail "scheduler.customScheduler.enabled and scheduler.defaultScheduler.enabled are both true: the scheduler extender registers with one scheduler. Set --set scheduler.customScheduler.enabled=false to use the default scheduler, or leave scheduler.defaultScheduler.enabled=false to use the second scheduler my-scheduler." -}}
+{{- end -}}
+{{- $s := .Values.scheduler -}}
+{{- if and $s.admissionPolicy.enabled (not (and $s.enabled $s.customScheduler.enabled)) -}}
+{{- fail "scheduler.admissionPolicy.enabled sets schedulerName: my-scheduler on Neuron pods, but my-scheduler is not installed (it needs scheduler.enabled=true and scheduler.customScheduler.enabled=true): those pods would never be scheduled. Set --set scheduler.enabled=true, or leave scheduler.admissionPolicy.enabled=false (with scheduler.defaultScheduler.enabled the default scheduler already calls the extender)." -}}
+{{- end -}}
+{{- if and $s.enabled (eq (int $s.port) (int $s.metricsPort)) -}}
+{{- fail (printf "scheduler.port and scheduler.metricsPort are both %d: the extender serves filter, prioritize and bind on one port and /metrics, /healthz and /readyz without client certificates on the other. Set one of them to another port." (int $s.port)) -}}
+{{- end -}}
+{{- if and $s.tls.certManager.enabled (not $s.tls.enabled) -}}
+{{- fail "scheduler.tls.certManager.enabled issues the extender's certificates, but scheduler.tls.enabled is false, so nothing would use them. Set --set scheduler.tls.enabled=true, or leave scheduler.tls.certManager.enabled=false." -}}
 {{- end -}}
 {{- if and .Values.scheduler.enabled (not .Values.devicePlugin.enabled) (not .Values.devicePlugin.allowWithDRA) (not .Values.scheduler.allowWithoutDevicePlugin) -}}
 {{- fail "scheduler.enabled is true and devicePlugin.enabled is false: the scheduler extender needs the device plugin, which serves the allocation the extender writes on each pod. Leave devicePlugin.enabled=true, or set scheduler.allowWithoutDevicePlugin=true if another component runs kube-neuron's device plugin." -}}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// ldflags are the linker flags of every binary: no symbol table, no DWARF, no build id. The
+// product has no version variable to set; the version is the image's label and tag.
+const ldflags = "-s -w -buildid="
+
+// component is one image: the binary ./cmd/<name> and the user it runs as.
+type component struct {
+	name string
+	user string
+}
+
+// components are the images `make images` builds. The device plugin and the DRA driver run as
+// root: they serve unix sockets in the kubelet's root-owned hostPath directories
+// (device-plugins/, plugins_registry/, plugins/) and read sysfs files that only root can read;
+// the chart runs them as root (the DRA driver privileged) too. The extender and the autoscaler
+// only talk to the API server (and EC2) over the network, as nonroot.
+var components = []component{
+	{name: "neuron-device-plugin", user: rootUser},
+	{name: "neuron-scheduler-extender", user: nonrootUser},
+	{name: "neuron-dra-driver", user: rootUser},
+	{name: "neuron-autoscaler", user: nonrootUser},
+}
+
+// goBuild builds the packages ./cmd/<name> of the module in repo for platform p into dir, with
+// the flags that make the binaries reproducible. env is added to the environment last, so it
+// wins (the tests set GOCACHE with it).
+func goBuild(ctx context.Context, repo, dir string, p v1.Platform, names []string, env []string, log io.Writer) error {
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=" + ldflags, "-o", dir + string(filepath.Separator)}
+	for _, n := range names {
+		args = append(args, "./cmd/"+n)
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(),
+		"CGO_ENABLED=0",
+		"GOOS="+p.OS,
+		"GOARCH="+p.Architecture,
+		// The defaults, so that a GOAMD64 or GOARM64 of the caller's environment changes nothing.
+		"GOAMD64=v1",
+		"GOARM64=v8.0",
+		// Nothing from the caller's GOFLAGS (-race, -cover, -buildvcs=...).
+		"GOFLAGS=-mod=readonly",
+	)
+	cmd.Env = append(cmd.Env, env...)
+	var stderr bytes.Buffer
+	cmd.Stdout = log
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go %s (GOOS=%s GOARCH=%s): %w\n%s", strings.Join(args, " "), p.OS, p.Architecture, err, stderr.String())
+	}
+	fmt.Fprintf(log, "built %s for %s/%s in %s\n", strings.Join(names, " "), p.OS, p.Architecture, time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+var appVersionRE = regexp.MustCompile(`(?m)^appVersion:\s*"?([^"\s]+)"?\s*$`)
+
+// chartAppVersion reads appVersion from the chart: the tag the chart uses by default.
+func chartAppVersion(repo string) (string, error) {
+	p := filepath.Join(repo, "deployments", "helm", "kube-neuron", "Chart.yaml")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", err
+	}
+	m := appVersionRE.FindSubmatch(b)
+	if m == nil {
+		return "", fmt.Errorf("%s has no appVersion", p)
+	}
+	return string(m[1]), nil
+}
+
+// sourceDateEpoch is $SOURCE_DATE_EPOCH, else the time of the last commit, else 0.
+func sourceDateEpoch(repo string) (time.Time, error) {
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a number of seconds: %w", s, err)
+		}
+		return time.Unix(n, 0).UTC(), nil
+	}
+	out, err := exec.Command("git", "-C", repo, "log", "-1", "--format=%ct").Output()
+	if err != nil {
+		return time.Unix(0, 0).UTC(), nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil {
+		return time.Unix(0, 0).UTC(), nil
+	}
+	return time.Unix(n, 0).UTC(), nil
+}
+
+// gitRevision is the commit of repo's HEAD, or "" outside a git checkout.
+func gitRevision(repo string) string {
+	out, err := exec.Command("git", "-C", repo, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
