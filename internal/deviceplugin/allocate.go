@@ -287,7 +287,7 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 	// the lock); every answer not yet seen to go is in p.served, so check against both.
 	current := slices.Clone(p.holdings)
 	for _, e := range p.served {
-		current = append(current, Holding{Pod: "(served by this plugin)", PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
+		current = append(current, Holding{Pod: e.holder("(served by this plugin)"), PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
 	}
 	conflicts := Conflicts(hw, podUID, current)
 	if matched == nil {
@@ -316,7 +316,7 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 	key := resource + "|" + strings.Join(ids, ",")
 	entry := servedEntry{hw: hw, resource: resource, kubelet: ids, at: time.Now()}
 	if matched != nil {
-		entry.podUID, entry.container = matched.PodUID, matched.Container.Name
+		entry.podUID, entry.pod, entry.container = matched.PodUID, matched.Pod, matched.Container.Name
 		if !isAgain {
 			p.inflight[matched.PodUID+"/"+matched.Container.Name] = time.Now()
 		}

@@ -109,6 +109,7 @@ type servedEntry struct {
 	resource  string
 	kubelet   []string
 	podUID    string // the container matched from a record, if any
+	pod       string // its namespace/name
 	container string
 	at        time.Time
 	// seen is set once the kubelet's PodResources showed the ids: from then on, their
@@ -323,7 +324,7 @@ func (p *Plugin) refresh(ctx context.Context) {
 	// withdrawal below already covers them.
 	for _, e := range p.served {
 		if !servedIn(holdings, e) {
-			p.holdings = append(p.holdings, Holding{Pod: "(served by this plugin)", PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
+			p.holdings = append(p.holdings, Holding{Pod: e.holder("(served by this plugin)"), PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
 		}
 	}
 	holdings = p.holdings
@@ -552,11 +553,15 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 		if seenServed[k] {
 			continue
 		}
-		if e.seen && podResOK || now.Sub(e.at) > servedTTL || (podResOK && now.Sub(e.at) > 30*time.Second) {
+		// An answer for a pod that is gone (or finished) holds nothing, also when the kubelet
+		// admitted and tore the pod down between two looks at its PodResources. The pod may reach
+		// the informer after the kubelet asked for it, hence the few seconds' grace.
+		gone := e.podUID != "" && now.Sub(e.at) > servedGrace && !podLive(pods, e.podUID)
+		if e.seen && podResOK || gone || now.Sub(e.at) > servedTTL || (podResOK && now.Sub(e.at) > 30*time.Second) {
 			delete(p.served, k)
 			continue
 		}
-		holdings = append(holdings, Holding{Pod: "(being admitted)", PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
+		holdings = append(holdings, Holding{Pod: e.holder("(being admitted)"), PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
 	}
 	for k, t := range p.inflight {
 		if now.Sub(t) > 30*time.Second {
@@ -571,6 +576,27 @@ func servedIn(holdings []Holding, e servedEntry) bool {
 	for _, h := range holdings {
 		if h.Resource == e.resource && slices.Equal(h.KubeletIDs, e.kubelet) {
 			return true
+		}
+	}
+	return false
+}
+
+// servedGrace is how long an answer counts whatever the informer shows of its pod.
+const servedGrace = 5 * time.Second
+
+// holder names the pod an answer was for (namespace/name, which confirm can look up), or what.
+func (e servedEntry) holder(what string) string {
+	if e.pod != "" {
+		return e.pod
+	}
+	return what
+}
+
+// podLive reports whether the pod with uid is among pods and has not finished.
+func podLive(pods []*corev1.Pod, uid string) bool {
+	for _, p := range pods {
+		if string(p.UID) == uid {
+			return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 		}
 	}
 	return false
