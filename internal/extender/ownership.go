@@ -123,9 +123,17 @@ func (e *Extender) own(ctx context.Context, node string) (time.Time, error) {
 		l := fresh
 		fresh = nil
 		if l == nil {
+			var created bool
 			var err error
-			if l, err = e.currentLease(ctx, node); err != nil {
+			if l, created, err = e.currentLease(ctx, node); err != nil {
 				return time.Time{}, err
+			}
+			if created {
+				if err := e.catchUp(ctx, node); err != nil {
+					e.dropHold(node)
+					return time.Time{}, err
+				}
+				return e.holdDeadline(node), nil
 			}
 		}
 		holder := holderOf(l)
@@ -394,32 +402,46 @@ func (e *Extender) expiredAfter(node string, l *coordinationv1.Lease, d time.Dur
 	return e.o.Now().Sub(e.observed[node].at) > d
 }
 
-// currentLease returns the node's Lease as the informer shows it, else read or created.
-func (e *Extender) currentLease(ctx context.Context, node string) (*coordinationv1.Lease, error) {
+// currentLease returns the node's Lease as the informer shows it, else read; a node that has
+// none yet gets one held by this replica (created reports that).
+func (e *Extender) currentLease(ctx context.Context, node string) (l *coordinationv1.Lease, created bool, err error) {
 	name := LeaseName(node)
 	if obj, ok, _ := e.leaseInf.GetStore().GetByKey(e.o.LeaseNamespace + "/" + name); ok {
-		return obj.(*coordinationv1.Lease), nil
+		return obj.(*coordinationv1.Lease), false, nil
 	}
+	// The informer has synced: a Lease it does not show most likely does not exist yet.
 	leases := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace)
-	l, err := leases.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		l, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:        name,
-				Labels:      map[string]string{leaseLabel: leaseLabelValue},
-				Annotations: map[string]string{nodeAnnotation: node},
-			},
-			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To(int32(leaseDuration / time.Second))},
-		}, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
-		if apierrors.IsAlreadyExists(err) {
-			l, err = leases.Get(ctx, name, metav1.GetOptions{})
-		}
+	start := e.o.Now()
+	now := metav1.NewMicroTime(start)
+	l, err = leases.Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      map[string]string{leaseLabel: leaseLabelValue},
+			Annotations: map[string]string{nodeAnnotation: node},
+		},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(e.o.Identity),
+			LeaseDurationSeconds: ptr.To(int32(leaseDuration / time.Second)),
+			AcquireTime:          &now,
+			RenewTime:            &now,
+		},
+	}, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
+	if err == nil {
+		e.metrics.leaseWrites.WithLabelValues("acquire").Inc()
+		e.observe(node, l)
+		e.leasesMu.Lock()
+		e.holds[node] = &hold{lease: l, until: start.Add(ownWindow)}
+		e.leasesMu.Unlock()
+		return l, true, nil
+	}
+	if apierrors.IsAlreadyExists(err) {
+		l, err = leases.Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the bind lease of node %s in namespace %s (check the extender's RBAC for leases): %w", node, e.o.LeaseNamespace, err)
+		return nil, false, fmt.Errorf("reading the bind lease of node %s in namespace %s (check the extender's RBAC for leases): %w", node, e.o.LeaseNamespace, err)
 	}
 	e.observe(node, l)
-	return l, nil
+	return l, false, nil
 }
 
 // catchUp waits until the pod informer shows every allocation record on the node that the API

@@ -44,7 +44,7 @@ var leasesResource = coordinationv1.SchemeGroupVersion.WithResource("leases")
 // emulateLeaseConcurrency makes the fake clientset's Leases behave as the API server's do (the
 // fake tracker neither sets resourceVersions nor checks them): every write sets a new
 // resourceVersion, and an update whose resourceVersion is not the stored one is a conflict.
-// It counts updates by the holder and annotations they write.
+// It keeps every write (creates and updates) in order.
 func emulateLeaseConcurrency(client *fake.Clientset) *leaseWrites {
 	w := &leaseWrites{}
 	client.PrependReactor("create", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -56,6 +56,9 @@ func emulateLeaseConcurrency(client *fake.Clientset) *leaseWrites {
 		if err := client.Tracker().Create(leasesResource, l, a.GetNamespace()); err != nil {
 			return true, nil, err
 		}
+		w.mu.Lock()
+		w.updates = append(w.updates, l)
+		w.mu.Unlock()
 		return true, l, nil
 	})
 	client.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -173,7 +176,7 @@ func TestHolderBindsWithoutWritingTheLease(t *testing.T) {
 		}
 	}
 	if n := writes.count(); n != 1 {
-		t.Errorf("4 binds wrote the Lease %d times, want 1 (taking it)", n)
+		t.Errorf("4 binds wrote the Lease %d times, want 1 (creating it, held)", n)
 	}
 	clk.Step(ownWindow + time.Millisecond)
 	p := createPod(t, ctx, client, testPod("later").neuron(1).obj())
