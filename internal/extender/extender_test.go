@@ -685,3 +685,42 @@ func TestFilterSeesChangesAfterCaching(t *testing.T) {
 		t.Fatalf("after this replica's bind the node is full: passed %v failed %v", passed, failed)
 	}
 }
+
+// TestDecisionArrivingBetweenTheTwoReadsCounts: the informer stores a pod's record in its
+// indexer and then drops the decision from this replica's recent ones. A usage that read the
+// indexer before the record arrived and recent after it was dropped missed the decision, and
+// the next bind gave its devices again (seen once in make bench-scheduler).
+func TestDecisionArrivingBetweenTheTwoReadsCounts(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	q := createPod(t, ctx, client, testPod("q").neuron(16).obj())
+	// The decision is made (it counts in recent); its Binding is not posted, so only the test
+	// delivers the pod with its record, in the window between the two reads.
+	if _, err := e.decide(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil {
+		t.Fatal(err)
+	}
+	e.usageCache.mu.Lock()
+	rec := e.usageCache.recent["trn-empty"][q.UID][0].record
+	e.usageCache.mu.Unlock()
+	landed := q.DeepCopy()
+	landed.Spec.NodeName = "trn-empty"
+	maps.Copy(landed.Annotations, rec.Annotations())
+	testHookBetweenReads = func() {
+		testHookBetweenReads = nil
+		if err := e.pods.GetIndexer().Update(landed); err != nil {
+			t.Error(err)
+		}
+		e.usageCache.handler().OnUpdate(q, landed)
+	}
+	defer func() { testHookBetweenReads = nil }()
+	_, shape, err := e.nodeShape("trn-empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := e.freshUsage(ctx, shape, "trn-empty", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.DeviceFree(0) {
+		t.Fatal("q's 16 devices are free in the usage read while its record arrived")
+	}
+}

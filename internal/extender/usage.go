@@ -140,18 +140,18 @@ func (e *Extender) freshUsage(ctx context.Context, shape *topology.Shape, node s
 	return e.usageOf(ctx, shape, node, except, true)
 }
 
+// testHookBetweenReads runs between the two reads of usageOf (tests only).
+var testHookBetweenReads func()
+
 // overlapSettle is how long a node whose allocation records overlap is refused.
 const overlapSettle = 10 * time.Second
 
 func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node string, except types.UID, fresh bool) (*topology.Usage, error) {
 	c := e.usageCache
-	objs, _ := e.pods.GetIndexer().ByIndex(byRecordNode, node)
-	exceptListed := false
-	for _, o := range objs {
-		if o.(*corev1.Pod).UID == except {
-			exceptListed = true
-		}
-	}
+	// This replica's recent decisions first, the indexer second: the informer drops a decision
+	// from recent only after its indexer holds the pod's record, so whatever is not in this
+	// snapshot of recent is in the indexer read below. (Read the other way round, a decision
+	// whose record arrived in between was in neither, and its devices were given again.)
 	c.mu.Lock()
 	gen := c.gen[node]
 	cu, ok := c.cached[node]
@@ -163,6 +163,16 @@ func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node stri
 		}
 	}
 	c.mu.Unlock()
+	if testHookBetweenReads != nil {
+		testHookBetweenReads()
+	}
+	objs, _ := e.pods.GetIndexer().ByIndex(byRecordNode, node)
+	exceptListed := false
+	for _, o := range objs {
+		if o.(*corev1.Pod).UID == except {
+			exceptListed = true
+		}
+	}
 	if !fresh && ok && cu.gen == gen && cu.shape == shape && !exceptListed && !exceptRecent {
 		return cu.usage, nil
 	}
