@@ -47,16 +47,18 @@ var components = map[string][]string{
 // allowUnused are granted permissions the lab's flows do not exercise, each with the reason it
 // is still needed: "component verb group/resource" -> reason.
 var allowUnused = map[string]string{
-	"neuron-device-plugin create /events":                     "the device plugin records events for refused Allocate calls and unhealthy devices, which this flow does not provoke",
-	"neuron-device-plugin patch /events":                      "client-go's recorder patches an event only when the same event repeats",
-	"neuron-scheduler-extender patch /events":                 "client-go's recorder patches an event only when the same event repeats",
-	"neuron-scheduler-extender get /pods":                     "bind reads a pod from the API server when its informer has not seen the pod yet (or saw it replaced); the flow's pods reach the cache first",
-	"neuron-dra-driver create /events":                        "the driver records events for failures (bad opaque configs, unhealthy devices) that this flow does not provoke",
-	"neuron-dra-driver patch /events":                         "client-go's recorder patches an event only when the same event repeats",
-	"neuron-dra-driver patch /nodes":                          "the driver patches its node only when the labels it sets differ; the lab creates the node with kube-neuron.io/allocation-mode=dra already",
-	"neuron-dra-driver update resource.k8s.io/resourceslices": "the ResourceSlice controller updates a slice when the node's devices change (health, LNC); the flow changes no device",
-	"neuron-dra-driver delete resource.k8s.io/resourceslices": "the ResourceSlice controller deletes the slices it no longer publishes; the flow changes no device",
-	"neuron-autoscaler patch /events":                         "client-go's recorder patches an event only when the same event repeats within its cache window",
+	"neuron-device-plugin create /events":                         "the device plugin records events for refused Allocate calls and unhealthy devices, which this flow does not provoke",
+	"neuron-device-plugin patch /events":                          "client-go's recorder patches an event only when the same event repeats",
+	"neuron-scheduler-extender patch /events":                     "client-go's recorder patches an event only when the same event repeats",
+	"neuron-scheduler-extender get /pods":                         "bind reads a pod from the API server when its informer has not seen the pod yet (or saw it replaced); the flow's pods reach the cache first",
+	"neuron-scheduler-extender get coordination.k8s.io/leases":    "a node's bind Lease is read after a write lost to another replica; the flow's one replica creates each Lease held and never loses",
+	"neuron-scheduler-extender update coordination.k8s.io/leases": "the holder renews a node's bind Lease 5 s after its last write, and replicas ask for and release Leases; the flow binds within 5 s with one replica",
+	"neuron-dra-driver create /events":                            "the driver records events for failures (bad opaque configs, unhealthy devices) that this flow does not provoke",
+	"neuron-dra-driver patch /events":                             "client-go's recorder patches an event only when the same event repeats",
+	"neuron-dra-driver patch /nodes":                              "the driver patches its node only when the labels it sets differ; the lab creates the node with kube-neuron.io/allocation-mode=dra already",
+	"neuron-dra-driver update resource.k8s.io/resourceslices":     "the ResourceSlice controller updates a slice when the node's devices change (health, LNC); the flow changes no device",
+	"neuron-dra-driver delete resource.k8s.io/resourceslices":     "the ResourceSlice controller deletes the slices it no longer publishes; the flow changes no device",
+	"neuron-autoscaler patch /events":                             "client-go's recorder patches an event only when the same event repeats within its cache window",
 }
 
 // call is one request of the audit log, as RBAC sees it.
