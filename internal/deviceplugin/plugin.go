@@ -432,9 +432,13 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 	byName := map[key]*corev1.Pod{}
 	records := map[string]*allocation.Record{}
 	published := map[string]bool{} // pods whose record is derived from the published stack's annotations
+	deleting := map[string]bool{}  // pods being deleted
 	for _, pod := range pods {
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
+		}
+		if pod.DeletionTimestamp != nil {
+			deleting[string(pod.UID)] = true
 		}
 		byName[key{pod.Namespace, pod.Name}] = pod
 		if r, err := allocation.RecordOf(pod); err == nil && r != nil && r.Node == p.o.NodeName {
@@ -533,6 +537,12 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 		fixed[f.podUID+"/"+f.container+"/"+f.resource] = f
 	}
 	for uid, r := range records {
+		if deleting[uid] && podResOK {
+			// Its containers are gone from the kubelet's PodResources (else they would be
+			// covered above): the kubelet has released their ids, and withdrawing them from the
+			// other pools until the informer drops the pod refused the pod placed there next.
+			continue
+		}
 		for _, c := range r.Containers {
 			k := uid + "/" + c.Name + "/" + c.Resource
 			if covered[k] {
