@@ -347,6 +347,9 @@ func checkExtenderService(t *testing.T, m manifest, ns string, port, nodePort in
 	if nodePort != 0 {
 		wantType = corev1.ServiceTypeNodePort
 	}
+	if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		t.Errorf("Service sessionAffinity = %q, want ClientIP (one scheduler keeps talking to the replica that holds its nodes' Leases)", svc.Spec.SessionAffinity)
+	}
 	if svc.Spec.Type != wantType {
 		t.Errorf("Service type = %q, want %q", svc.Spec.Type, wantType)
 	}
