@@ -4,7 +4,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kube-neuron/kube-neuron/internal/observe"
 )
 
 type metrics struct {
@@ -47,15 +48,5 @@ func newMetrics() *metrics {
 
 // handler serves /metrics, /healthz and /readyz.
 func (m *metrics) handler(ready func() bool) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			http.Error(w, "not ready: the leader's informer caches have not synced yet", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
-	return mux
+	return observe.Mux(m.registry, ready, "not ready: the leader's informer caches have not synced yet")
 }

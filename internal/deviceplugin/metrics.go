@@ -4,7 +4,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kube-neuron/kube-neuron/internal/observe"
 )
 
 type metrics struct {
@@ -39,11 +40,5 @@ func newMetrics() *metrics {
 	return m
 }
 
-func (m *metrics) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
-	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
-	mux.HandleFunc("/healthz", ok)
-	mux.HandleFunc("/readyz", ok)
-	return mux
-}
+// handler serves /metrics, /healthz and /readyz (always ready).
+func (m *metrics) handler() http.Handler { return observe.Mux(m.registry, nil, "") }

@@ -11,9 +11,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/kube-neuron/kube-neuron/internal/observe"
 )
 
 // MaxBodyBytes caps request bodies. With nodeCacheCapable the scheduler sends node names only:
@@ -79,15 +80,7 @@ func (e *Extender) MetricsHandler() http.Handler {
 // handleObservability adds /healthz, /readyz and /metrics. They answer "ok", why the extender
 // is not ready, and counts and durations: nothing about pods or nodes.
 func (e *Extender) handleObservability(mux *http.ServeMux) {
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !e.Ready() {
-			http.Error(w, "informer caches have not synced yet", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
-	mux.Handle("/metrics", promhttp.HandlerFor(e.metrics.registry, promhttp.HandlerOpts{}))
+	observe.Handle(mux, e.metrics.registry, e.Ready, "informer caches have not synced yet")
 }
 
 func nodeNames(args *extenderv1.ExtenderArgs) []string {
