@@ -15,14 +15,13 @@ import (
 	// The image carries no CA file (docs/images.md): the EC2 and STS endpoints are verified
 	// against these roots when the system has none.
 	_ "golang.org/x/crypto/x509roots/fallback"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler/ec2"
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler/local"
 	"github.com/kube-neuron/kube-neuron/internal/flagenv"
+	"github.com/kube-neuron/kube-neuron/internal/kubeclient"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -72,7 +71,7 @@ func main() {
 		o.Catalog, err = topology.LoadCatalog(catalog)
 	}
 	if err == nil {
-		o.Client, err = client(kubeconfig)
+		o.Client, err = kubeclient.New(kubeconfig, 0, 0)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -98,12 +97,4 @@ func main() {
 		fmt.Fprintln(os.Stderr, "neuron-autoscaler:", err)
 		os.Exit(1)
 	}
-}
-
-func client(kubeconfig string) (kubernetes.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
-	}
-	return kubernetes.NewForConfig(cfg)
 }

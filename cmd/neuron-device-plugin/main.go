@@ -11,12 +11,11 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-neuron/kube-neuron/internal/deviceplugin"
 	"github.com/kube-neuron/kube-neuron/internal/flagenv"
+	"github.com/kube-neuron/kube-neuron/internal/kubeclient"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -51,7 +50,7 @@ func main() {
 		o.Catalog, err = loadCatalog(catalog)
 	}
 	if err == nil {
-		o.Client, err = client(kubeconfig)
+		o.Client, err = kubeclient.New(kubeconfig, 0, 0)
 	}
 	if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -69,12 +68,4 @@ func loadCatalog(path string) (*topology.Catalog, error) {
 		return topology.DefaultCatalog(), nil
 	}
 	return topology.LoadCatalog(path)
-}
-
-func client(kubeconfig string) (kubernetes.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
-	}
-	return kubernetes.NewForConfig(cfg)
 }

@@ -12,12 +12,11 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-neuron/kube-neuron/internal/extender"
 	"github.com/kube-neuron/kube-neuron/internal/flagenv"
+	"github.com/kube-neuron/kube-neuron/internal/kubeclient"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -61,14 +60,9 @@ func main() {
 		o.Catalog, err = topology.LoadCatalog(catalog)
 	}
 	if err == nil {
-		restCfg, cerr := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if cerr != nil {
-			err = fmt.Errorf("loading the Kubernetes client configuration: %w", cerr)
-		} else {
-			restCfg.QPS, restCfg.Burst = 1000, 2000
-			o.Client, err = kubernetes.NewForConfig(restCfg)
-		}
+		o.Client, err = kubeclient.New(kubeconfig, 1000, 2000)
 	}
+
 	var e *extender.Extender
 	if err == nil {
 		e, err = extender.New(o)
