@@ -23,6 +23,7 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
+	"github.com/kube-neuron/kube-neuron/test/bench/benchutil"
 )
 
 // instanceType is the type of every node of the fleet: 16 devices in a 4x4 torus, EFA paired
@@ -100,7 +101,7 @@ func (f *fleet) createNodes(ctx context.Context, client kubernetes.Interface) er
 	if err != nil {
 		return err
 	}
-	return parallel(len(f.nodes), 16, func(i int) error {
+	return benchutil.Parallel(len(f.nodes), 16, func(i int) error {
 		name := f.nodes[i]
 		node := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
@@ -148,7 +149,7 @@ func (f *fleet) publish(ctx context.Context, client kubernetes.Interface, l layo
 	if same {
 		return nil
 	}
-	err := parallel(len(f.nodes), 16, func(i int) error {
+	err := benchutil.Parallel(len(f.nodes), 16, func(i int) error {
 		name := f.nodes[i]
 		devices := f.devicesInOrder(i, l)
 		f.mu.Lock()
@@ -221,11 +222,11 @@ func (f *fleet) fragment(ctx context.Context, client kubernetes.Interface, on bo
 			time.Sleep(200 * time.Millisecond)
 		}
 	} else {
-		if err := createNamespace(ctx, client, fillNamespace); err != nil {
+		if err := benchutil.CreateNamespace(ctx, client, fillNamespace); err != nil {
 			return err
 		}
 		spec := claimSpec(config{count: 1})
-		err := parallel(len(f.nodes), 16, func(i int) error {
+		err := benchutil.Parallel(len(f.nodes), 16, func(i int) error {
 			node := f.nodes[i]
 			cl, err := client.ResourceV1().ResourceClaims(fillNamespace).Create(ctx, &resourceapi.ResourceClaim{
 				ObjectMeta: metav1.ObjectMeta{Name: "fill-" + node},
@@ -284,32 +285,6 @@ func createDeviceClass(ctx context.Context, client kubernetes.Interface) error {
 		return nil
 	}
 	return err
-}
-
-// parallel runs fn(0..n-1) on workers goroutines and returns the first error.
-func parallel(n, workers int, fn func(i int) error) error {
-	next := make(chan int)
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				if err := fn(i); err != nil {
-					errs <- err
-					for range next { // drain
-					}
-					return
-				}
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	return <-errs
 }
 
 // stringAttr is the string attribute of device id of node as published ("" when the device or

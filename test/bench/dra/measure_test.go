@@ -3,7 +3,6 @@
 package dra
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-neuron/kube-neuron/internal/lab"
+	"github.com/kube-neuron/kube-neuron/test/bench/benchutil"
 )
 
 // result is one configuration's run.
@@ -135,37 +134,14 @@ const schedName = "kube-scheduler under test"
 func cpuSeconds(cp *lab.ControlPlane) map[string]float64 {
 	out := map[string]float64{}
 	for _, p := range cp.Processes() {
-		if s, err := procCPU(p.PID); err == nil {
+		if s, err := benchutil.ProcCPU(p.PID); err == nil {
 			out[p.Name] = s
 		}
 	}
-	if s, err := procCPU(os.Getpid()); err == nil {
+	if s, err := benchutil.ProcCPU(os.Getpid()); err == nil {
 		out["test process"] = s
 	}
 	return out
-}
-
-// procCPU reads utime+stime of /proc/<pid>/stat in seconds (USER_HZ is 100 on Linux).
-func procCPU(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	ut, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	return (ut + st) / 100, nil
 }
 
 // schedulerMetrics scrapes the /metrics endpoint of the control plane's scheduler process
@@ -210,30 +186,7 @@ func schedulerMetrics(ctx context.Context, cp *lab.ControlPlane, name string) (m
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		return nil, fmt.Errorf("GET /metrics of %s: %s %q", name, resp.Status, body)
 	}
-	return parseMetrics(resp.Body)
-}
-
-// parseMetrics reads a Prometheus text exposition into "name{labels}" -> value.
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
+	return benchutil.ParseMetrics(resp.Body)
 }
 
 // sumSeries adds up the series of metric name (with suffix, e.g. "_sum") whose labels include

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,6 +29,7 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/dra"
 	"github.com/kube-neuron/kube-neuron/internal/lab"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/test/bench/benchutil"
 	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
 )
 
@@ -104,26 +104,14 @@ type settings struct {
 	configs     []config
 }
 
-func envInt(b *testing.B, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		b.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
-}
-
 func loadSettings(b *testing.B) settings {
 	s := settings{
-		nodes: envInt(b, "BENCH_NODES", 100),
-		pods:  envInt(b, "BENCH_PODS", 300),
+		nodes: benchutil.EnvInt(b, "BENCH_NODES", 100),
+		pods:  benchutil.EnvInt(b, "BENCH_PODS", 300),
 		// Two rounds, the second in reverse order, so that a drift of the machine's load weighs
 		// on every configuration alike. Rounds, not -benchtime: the testing package runs a
 		// benchmark with b.N = 1 before b.N = n, which would set up a second control plane.
-		rounds: envInt(b, "BENCH_ROUNDS", 2),
+		rounds: benchutil.EnvInt(b, "BENCH_ROUNDS", 2),
 		out:    os.Getenv("BENCH_OUT"),
 		keep:   os.Getenv("BENCH_KEEP") != "",
 	}
@@ -223,7 +211,7 @@ func BenchmarkDRASchedulingThroughput(b *testing.B) {
 	if err := createDeviceClass(ctx, client); err != nil {
 		b.Fatal(err)
 	}
-	if err := createNamespace(ctx, client, benchNamespace); err != nil {
+	if err := benchutil.CreateNamespace(ctx, client, benchNamespace); err != nil {
 		b.Fatal(err)
 	}
 	fmt.Fprintf(os.Stderr, "bench: control plane and %d %s nodes ready in %v (%s)\n", s.nodes, instanceType, time.Since(begin).Round(time.Millisecond), dir)
@@ -385,7 +373,7 @@ func createClaimTemplate(ctx context.Context, client kubernetes.Interface, name 
 // template of the same name, the Neuron toleration and a tiny CPU request.
 func createPods(ctx context.Context, client kubernetes.Interface, sched string, n int) error {
 	cpu := resource.MustParse("10m")
-	return parallel(n, 8, func(i int) error {
+	return benchutil.Parallel(n, 8, func(i int) error {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%05d", sched, i), Namespace: benchNamespace, Labels: map[string]string{runLabel: sched}},
 			Spec: corev1.PodSpec{
@@ -557,24 +545,6 @@ func checkAllocations(ctx context.Context, client kubernetes.Interface, f *fleet
 		return 0, 0, fmt.Errorf("%d problems with the allocations:\n  %s", len(problems), strings.Join(problems, "\n  "))
 	}
 	return float64(nAligned) / float64(want), len(nodes), nil
-}
-
-// createNamespace creates ns and waits for its default ServiceAccount (pods need it).
-func createNamespace(ctx context.Context, client kubernetes.Interface, ns string) error {
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the default ServiceAccount of namespace %s never appeared: %w", ns, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // stopProcess stops the control plane's process called name (a scheduler under test) by its

@@ -3,7 +3,6 @@
 package scheduler
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/kube-neuron/kube-neuron/internal/lab"
+	"github.com/kube-neuron/kube-neuron/test/bench/benchutil"
 )
 
 // verbStats times the extender's HTTP verbs on the server side (handler entry to return,
@@ -232,40 +232,17 @@ func instrumentedClientConfig(cfg *rest.Config, qps int) (*rest.Config, *apiCoun
 func cpuSeconds(cp *lab.ControlPlane) map[string]float64 {
 	out := map[string]float64{}
 	for _, p := range cp.Processes() {
-		if s, err := procCPU(p.PID); err == nil {
+		if s, err := benchutil.ProcCPU(p.PID); err == nil {
 			out[p.Name] = s
 		}
 	}
-	if s, err := procCPU(os.Getpid()); err == nil {
+	if s, err := benchutil.ProcCPU(os.Getpid()); err == nil {
 		out[selfName] = s
 	}
 	return out
 }
 
 const selfName = "test process"
-
-// procCPU reads utime+stime of /proc/<pid>/stat in seconds (USER_HZ is 100 on Linux).
-func procCPU(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	ut, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	return (ut + st) / 100, nil
-}
 
 // scrapeMetrics reads a Prometheus text exposition into "name{labels}" -> value.
 func scrapeMetrics(ctx context.Context, url string) (map[string]float64, error) {
@@ -282,29 +259,7 @@ func scrapeMetrics(ctx context.Context, url string) (map[string]float64, error) 
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		return nil, fmt.Errorf("GET %s: %s %q", url, resp.Status, body)
 	}
-	return parseMetrics(resp.Body)
-}
-
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
+	return benchutil.ParseMetrics(resp.Body)
 }
 
 // histogramMean returns the mean and count of a histogram's observations in the scrape.

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -37,6 +36,7 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/lab"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
+	"github.com/kube-neuron/kube-neuron/test/bench/benchutil"
 	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
 )
 
@@ -65,23 +65,11 @@ type settings struct {
 	kinds       []string
 }
 
-func envInt(b *testing.B, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		b.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
-}
-
 func loadSettings(b *testing.B) settings {
 	return settings{
-		nodes:       envInt(b, "BENCH_NODES", 500),
-		pods:        envInt(b, "BENCH_PODS", 2000),
-		extenderQPS: envInt(b, "BENCH_EXTENDER_QPS", 200), // neuron-scheduler-extender's own setting
+		nodes:       benchutil.EnvInt(b, "BENCH_NODES", 500),
+		pods:        benchutil.EnvInt(b, "BENCH_PODS", 2000),
+		extenderQPS: benchutil.EnvInt(b, "BENCH_EXTENDER_QPS", 200), // neuron-scheduler-extender's own setting
 		out:         os.Getenv("BENCH_OUT"),
 		cpuProfile:  os.Getenv("BENCH_CPUPROFILE"),
 		keep:        os.Getenv("BENCH_KEEP") != "",
@@ -189,7 +177,7 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	if err := createNodes(ctx, client, s.nodes); err != nil {
 		b.Fatal(err)
 	}
-	if err := createNamespace(ctx, client, benchNamespace); err != nil {
+	if err := benchutil.CreateNamespace(ctx, client, benchNamespace); err != nil {
 		b.Fatal(err)
 	}
 	fmt.Fprintf(os.Stderr, "bench: control plane and %d nodes ready in %v (%s)\n", s.nodes, time.Since(begin).Round(time.Millisecond), dir)
@@ -431,7 +419,7 @@ func stopProcess(cp *lab.ControlPlane, name string) error {
 // like the lab's Neuron nodes, Ready, with the device plugin's resources.
 func createNodes(ctx context.Context, client kubernetes.Interface, n int) error {
 	cat := topology.DefaultCatalog()
-	return parallel(n, 16, func(i int) error {
+	return benchutil.Parallel(n, 16, func(i int) error {
 		typ := "trn1.32xlarge"
 		if i%2 == 1 {
 			typ = "inf2.48xlarge"
@@ -482,28 +470,10 @@ func createNodes(ctx context.Context, client kubernetes.Interface, n int) error 
 	})
 }
 
-// createNamespace creates ns and waits for its default ServiceAccount (pods need it).
-func createNamespace(ctx context.Context, client kubernetes.Interface, ns string) error {
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the default ServiceAccount of namespace %s never appeared: %w", ns, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // createPods creates the backlog: n pods for scheduler sched, each asking for one NeuronCore.
 func createPods(ctx context.Context, client kubernetes.Interface, sched string, n int) error {
 	one := resource.MustParse("1")
-	return parallel(n, 8, func(i int) error {
+	return benchutil.Parallel(n, 8, func(i int) error {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%05d", sched, i), Namespace: benchNamespace, Labels: map[string]string{runLabel: sched}},
 			Spec: corev1.PodSpec{
@@ -543,32 +513,6 @@ func deletePods(ctx context.Context, client kubernetes.Interface, sched string) 
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-// parallel runs fn(0..n-1) on workers goroutines and returns the first error.
-func parallel(n, workers int, fn func(i int) error) error {
-	next := make(chan int)
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				if err := fn(i); err != nil {
-					errs <- err
-					for range next { // drain
-					}
-					return
-				}
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	return <-errs
 }
 
 // bindWatch timestamps the first time each pod of a run is seen bound.
