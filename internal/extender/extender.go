@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,9 @@ type Extender struct {
 
 	shapes sync.Map // instance type + capacities -> *topology.Shape (immutable)
 
+	nodeShapesMu sync.RWMutex
+	nodeShapes   map[string]nodeShapeEntry // node name -> its shape or why not, from the node informer
+
 	usageCache *usageCache
 	memo       scoreMemo
 	placements placementCache
@@ -99,7 +103,7 @@ func New(o Options) (*Extender, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}, holds: map[string]*hold{}, inflight: map[string]int{}, observed: map[string]observation{}, releasing: map[string]bool{}, usageCache: newUsageCache()}, nil
+	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}, holds: map[string]*hold{}, inflight: map[string]int{}, observed: map[string]observation{}, releasing: map[string]bool{}, usageCache: newUsageCache(), nodeShapes: map[string]nodeShapeEntry{}}, nil
 }
 
 // Start runs the informers and returns once their caches have synced.
@@ -122,7 +126,12 @@ func (e *Extender) Start(ctx context.Context) error {
 	if _, err := e.pods.AddEventHandler(e.usageCache.handler()); err != nil {
 		return err
 	}
-	e.nodes = factory.Core().V1().Nodes().Lister()
+	nodeInf := factory.Core().V1().Nodes()
+	e.nodes = nodeInf.Lister()
+	nodeShapesReg, err := nodeInf.Informer().AddEventHandler(e.nodeShapesHandler())
+	if err != nil {
+		return err
+	}
 	leaseFactory := informers.NewSharedInformerFactoryWithOptions(e.o.Client, 0, informers.WithNamespace(e.o.LeaseNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = leaseLabel + "=" + leaseLabelValue }))
 	e.leaseInf = leaseFactory.Coordination().V1().Leases().Informer()
@@ -140,6 +149,11 @@ func (e *Extender) Start(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("the %v cache did not sync: check the extender's RBAC (leases get/list/watch in namespace %s)", typ, e.o.LeaseNamespace)
 		}
+	}
+	// Serving starts once the handlers have seen every node too: before, nodeShape would call
+	// existing nodes unknown.
+	if !cache.WaitForCacheSync(ctx.Done(), nodeShapesReg.HasSynced) {
+		return errors.New("the extender stopped before its node handler had seen every node")
 	}
 	bcast := record.NewBroadcaster(record.WithContext(ctx))
 	bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.o.Client.CoreV1().Events("")})
@@ -164,29 +178,73 @@ func (e *Extender) Ready() bool {
 }
 
 // nodeShape returns the node's shape, or why the node cannot take Neuron pods from the extender.
-func (e *Extender) nodeShape(name string) (*corev1.Node, *topology.Shape, error) {
-	node, err := e.nodes.Get(name)
-	if err != nil {
-		return nil, nil, fmt.Errorf("node %s is not known to the extender yet", name)
+// Filter asks for every node the scheduler sends, for every pod: the answer is worked out once
+// per node object, when the node informer delivers it (see nodeShapes).
+func (e *Extender) nodeShape(name string) (*topology.Shape, error) {
+	e.nodeShapesMu.RLock()
+	ns, ok := e.nodeShapes[name]
+	e.nodeShapesMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("node %s is not known to the extender yet", name)
 	}
+	return ns.shape, ns.err
+}
+
+// nodeShapeEntry is a node's shape, or why the extender cannot serve the node.
+type nodeShapeEntry struct {
+	shape *topology.Shape
+	err   error
+}
+
+// nodeShapes keeps nodeShape's answers current from the node informer's events.
+func (e *Extender) nodeShapesHandler() cache.ResourceEventHandler {
+	set := func(obj any) {
+		node, ok := obj.(*corev1.Node)
+		if !ok {
+			return
+		}
+		shape, err := e.shapeOf(node)
+		e.nodeShapesMu.Lock()
+		e.nodeShapes[node.Name] = nodeShapeEntry{shape: shape, err: err}
+		e.nodeShapesMu.Unlock()
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if node, ok := obj.(*corev1.Node); ok {
+				e.nodeShapesMu.Lock()
+				delete(e.nodeShapes, node.Name)
+				e.nodeShapesMu.Unlock()
+			}
+		},
+	}
+}
+
+// shapeOf returns the node's shape, or why the node cannot take Neuron pods from the extender.
+func (e *Extender) shapeOf(node *corev1.Node) (*topology.Shape, error) {
+	name := node.Name
 	if !allocation.IsNeuronNode(e.o.Catalog, node) {
-		return nil, nil, fmt.Errorf("node %s is not a Neuron node (instance type %q is not in the catalog)", name, node.Labels[labels.InstanceType])
+		return nil, fmt.Errorf("node %s is not a Neuron node (instance type %q is not in the catalog)", name, node.Labels[labels.InstanceType])
 	}
 	if node.Labels[labels.AllocationMode] == labels.AllocationModeDRA {
-		return nil, nil, fmt.Errorf("node %s is served by the DRA driver (%s=%s): request its devices with a ResourceClaim", name, labels.AllocationMode, labels.AllocationModeDRA)
+		return nil, fmt.Errorf("node %s is served by the DRA driver (%s=%s): request its devices with a ResourceClaim", name, labels.AllocationMode, labels.AllocationModeDRA)
 	}
 	// Building a shape builds its device graph: do it once per instance type and capacity.
 	devices := node.Status.Capacity[corev1.ResourceName(topology.ResourceNeuron)]
 	cores := node.Status.Capacity[corev1.ResourceName(topology.ResourceNeuronCore)]
 	key := node.Labels[labels.InstanceType] + "|" + devices.String() + "|" + cores.String()
 	if s, ok := e.shapes.Load(key); ok {
-		return node, s.(*topology.Shape), nil
+		return s.(*topology.Shape), nil
 	}
 	shape, err := allocation.ShapeOfNode(e.o.Catalog, node)
 	if err == nil {
 		e.shapes.Store(key, shape)
 	}
-	return node, shape, err
+	return shape, err
 }
 
 // Filter returns the nodes where the topology engine finds a valid set for every Neuron
@@ -201,30 +259,25 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 	var unsupported string
 	memo := make(map[string]memoScore, len(names))
 	defer func() { e.memo.put(pod.UID, memo, e.o.Now()) }()
-	for _, name := range names {
-		if len(reqs) == 0 {
+	if len(reqs) == 0 {
+		return slices.Clone(names), failed, unresolvable
+	}
+	for i, r := range e.placeAll(ctx, names, pod.UID, reqs, key) {
+		name := names[i]
+		if r.err == nil {
+			memo[name] = memoScore{gen: r.gen, score: r.score}
 			passed = append(passed, name)
 			continue
 		}
-		_, shape, err := e.nodeShape(name)
-		if err != nil {
-			unresolvable[name] = err.Error()
-			continue
-		}
-		gen, score, err := e.place(ctx, shape, name, pod.UID, reqs, key)
-		if err == nil {
-			memo[name] = memoScore{gen: gen, score: score}
-		}
-		if err != nil {
-			if Unresolvable(err) {
-				unresolvable[name] = err.Error()
-				unsupported = err.Error()
-			} else {
-				failed[name] = err.Error()
+		switch {
+		case r.unknown || Unresolvable(r.err):
+			unresolvable[name] = r.err.Error()
+			if !r.unknown {
+				unsupported = unresolvable[name]
 			}
-			continue
+		default:
+			failed[name] = r.err.Error()
 		}
-		passed = append(passed, name)
 	}
 	logger.V(5).Info("Filter", "nodes", len(names), "passed", len(passed), "failed", len(failed), "unresolvable", len(unresolvable))
 	if len(passed) == 0 && unsupported != "" {
@@ -272,7 +325,7 @@ func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []stri
 			out[name] = m.score // filter placed the pod on this node, and nothing changed since
 			continue
 		}
-		_, shape, err := e.nodeShape(name)
+		shape, err := e.nodeShape(name)
 		if err != nil {
 			out[name] = 0
 			continue
@@ -353,7 +406,7 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 	if err != nil {
 		return nil, err
 	}
-	_, shape, err := e.nodeShape(node)
+	shape, err := e.nodeShape(node)
 	if err != nil {
 		return nil, err
 	}

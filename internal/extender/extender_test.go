@@ -22,6 +22,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -619,7 +620,7 @@ func TestRetriedBindKeepsTheFirstDecision(t *testing.T) {
 		t.Fatal("the second Binding must fail")
 	}
 	// Whether or not the informer has shown x yet, its devices count.
-	_, shape, err := e.nodeShape("trn-empty")
+	shape, err := e.nodeShape("trn-empty")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -712,7 +713,7 @@ func TestDecisionArrivingBetweenTheTwoReadsCounts(t *testing.T) {
 		e.usageCache.handler().OnUpdate(q, landed)
 	}
 	defer func() { testHookBetweenReads = nil }()
-	_, shape, err := e.nodeShape("trn-empty")
+	shape, err := e.nodeShape("trn-empty")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -723,4 +724,40 @@ func TestDecisionArrivingBetweenTheTwoReadsCounts(t *testing.T) {
 	if u.DeviceFree(0) {
 		t.Fatal("q's 16 devices are free in the usage read while its record arrived")
 	}
+}
+
+// TestFilterFollowsNodeChanges: nodeShape answers from the node informer's events, so a node
+// added, switched to the DRA driver or deleted after the start is seen as it is now.
+func TestFilterFollowsNodeChanges(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	p := testPod("p").neuron(4).obj()
+	filter := func() (passed []string, unresolvable map[string]string) {
+		passed, _, unresolvable = e.Filter(ctx, p, []string{"late"})
+		return passed, unresolvable
+	}
+	if _, u := filter(); u["late"] != "node late is not known to the extender yet" {
+		t.Fatalf("before the node exists: %v", u)
+	}
+	late, err := client.CoreV1().Nodes().Create(ctx, testNode("late").instanceType(trn1).obj(), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the new node to take the pod", func() bool { p, _ := filter(); return len(p) == 1 })
+
+	late.Labels[labels.AllocationMode] = labels.AllocationModeDRA
+	if _, err := client.CoreV1().Nodes().Update(ctx, late, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the node switched to DRA to be refused", func() bool {
+		_, u := filter()
+		return strings.Contains(u["late"], "is served by the DRA driver")
+	})
+
+	if err := client.CoreV1().Nodes().Delete(ctx, "late", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the deleted node to be unknown", func() bool {
+		_, u := filter()
+		return u["late"] == "node late is not known to the extender yet"
+	})
 }

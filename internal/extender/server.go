@@ -41,15 +41,11 @@ func (e *Extender) Handler(ctx context.Context) http.Handler {
 		if err := json.Unmarshal(body, &args); err != nil {
 			return nil, err
 		}
-		list := extenderv1.HostPriorityList{}
 		if args.Pod == nil {
-			return &list, nil
+			return &extenderv1.HostPriorityList{}, nil
 		}
 		names := nodeNames(&args)
-		scores := e.Prioritize(ctx, args.Pod, names)
-		for _, n := range names {
-			list = append(list, extenderv1.HostPriority{Host: n, Score: scores[n]})
-		}
+		list := relativeScores(names, e.Prioritize(ctx, args.Pod, names))
 		return &list, nil
 	}))
 	mux.HandleFunc("/bind", e.serve(ctx, "bind", func(ctx context.Context, body []byte) (any, error) {
@@ -81,6 +77,27 @@ func (e *Extender) MetricsHandler() http.Handler {
 // is not ready, and counts and durations: nothing about pods or nodes.
 func (e *Extender) handleObservability(mux *http.ServeMux) {
 	observe.Handle(mux, e.metrics.registry, e.Ready, "informer caches have not synced yet")
+}
+
+// relativeScores lists the nodes whose score is above the lowest of the request, with the lowest
+// subtracted, in request order. The kube-scheduler adds an extender's score to the hosts it
+// lists and nothing to the others, so taking the same amount from every node changes no node's
+// rank, and the answer (which the scheduler decodes for every pod) names only the nodes that
+// stand out: in a backlog of small pods that is a handful of part-used nodes, not all of them.
+func relativeScores(names []string, scores map[string]int64) extenderv1.HostPriorityList {
+	lowest := int64(0)
+	for i, n := range names {
+		if s := scores[n]; i == 0 || s < lowest {
+			lowest = s
+		}
+	}
+	list := extenderv1.HostPriorityList{}
+	for _, n := range names {
+		if s := scores[n] - lowest; s > 0 {
+			list = append(list, extenderv1.HostPriority{Host: n, Score: s})
+		}
+	}
+	return list
 }
 
 func nodeNames(args *extenderv1.ExtenderArgs) []string {

@@ -210,18 +210,20 @@ func TestHandlerPrioritize(t *testing.T) {
 	if err := json.Unmarshal(r.body, &list); err != nil {
 		t.Fatal(err)
 	}
+	// Listed nodes come in request order with their score above the request's lowest; a node
+	// left out scores 0 (the scheduler adds nothing to it).
 	scores := map[string]int64{}
-	for i, hp := range list {
-		if hp.Host != names[i] {
-			t.Errorf("entry %d is %s, want %s (request order)", i, hp.Host, names[i])
+	next := 0
+	for _, hp := range list {
+		i := slices.Index(names, hp.Host)
+		if i < next {
+			t.Errorf("%s listed out of request order or twice: %v", hp.Host, list)
 		}
-		if hp.Score < 0 || hp.Score > 10 {
-			t.Errorf("%s: score %d out of 0-10", hp.Host, hp.Score)
+		next = i + 1
+		if hp.Score <= 0 || hp.Score > 10 {
+			t.Errorf("%s: score %d, want 1-10 (zeros are left out)", hp.Host, hp.Score)
 		}
 		scores[hp.Host] = hp.Score
-	}
-	if len(list) != len(names) {
-		t.Fatalf("%d entries, want %d", len(list), len(names))
 	}
 	if scores["trn-partly"] <= scores["trn-empty"] {
 		t.Errorf("scores %v: want trn-partly above trn-empty", scores)
@@ -365,4 +367,35 @@ func FuzzBindBody(f *testing.F) {
 			t.Fatalf("a 200 bind answer does not decode: %v: %s", err, body)
 		}
 	})
+}
+
+func TestRelativeScoresKeepTheRanking(t *testing.T) {
+	for _, tc := range []struct {
+		names  []string
+		scores map[string]int64
+	}{
+		{[]string{"a", "b", "c"}, map[string]int64{"a": 8, "b": 9, "c": 8}},
+		{[]string{"a", "b"}, map[string]int64{"a": 3, "b": 3}},
+		{[]string{"a", "b", "c", "d"}, map[string]int64{"a": 10, "b": 0, "c": 4}}, // d: no score
+		{[]string{"a"}, map[string]int64{"a": 7}},
+		{nil, nil},
+	} {
+		list := relativeScores(tc.names, tc.scores)
+		got := map[string]int64{}
+		for _, hp := range list {
+			if hp.Score <= 0 {
+				t.Errorf("%v: %s listed with score %d", tc.scores, hp.Host, hp.Score)
+			}
+			got[hp.Host] = hp.Score
+		}
+		// What the scheduler adds (0 for a node left out) differs between any two nodes exactly
+		// as their scores do.
+		for _, a := range tc.names {
+			for _, b := range tc.names {
+				if got[a]-got[b] != tc.scores[a]-tc.scores[b] {
+					t.Errorf("%v -> %v: %s-%s is %d, want %d", tc.scores, list, a, b, got[a]-got[b], tc.scores[a]-tc.scores[b])
+				}
+			}
+		}
+	}
 }

@@ -5,7 +5,9 @@ package kubeclient
 import (
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -19,5 +21,16 @@ func New(kubeconfig string, qps float32, burst int) (kubernetes.Interface, error
 	if qps > 0 {
 		cfg.QPS, cfg.Burst = qps, burst
 	}
-	return kubernetes.NewForConfig(cfg)
+	return kubernetes.NewForConfig(Protobuf(cfg))
+}
+
+// Protobuf returns a copy of cfg that talks protobuf to the API server, as the kube-scheduler and
+// the kube-controller-manager do: decoding a pod from protobuf costs a fraction of decoding it
+// from JSON, on both sides of every watch event. The clientset covers built-in types only, which
+// all have protobuf; JSON stays accepted for anything that answers only JSON.
+func Protobuf(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return cfg
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/extender"
+	"github.com/kube-neuron/kube-neuron/internal/kubeclient"
 	"github.com/kube-neuron/kube-neuron/internal/lab"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
@@ -245,7 +246,8 @@ func (e *env) run(ctx context.Context, kind string, iter int) (r result, err err
 	if kind != kindPlain {
 		cfg, c, l := instrumentedClientConfig(e.cp.RESTConfig(), e.s.extenderQPS)
 		counter, limiter, verbs = c, l, newVerbStats()
-		client, err := kubernetes.NewForConfig(cfg)
+		// Both extenders talk to the API server as the components do (kubeclient.New).
+		client, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
 		if err != nil {
 			return r, err
 		}
