@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -108,7 +109,7 @@ func New(o Options) (*Extender, error) {
 
 // Start runs the informers and returns once their caches have synced.
 func (e *Extender) Start(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactory(e.o.Client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(e.o.Client, 0, informers.WithTransform(stripManagedFields))
 	e.pods = factory.Core().V1().Pods().Informer()
 	if err := e.pods.AddIndexers(cache.Indexers{byRecordNode: func(obj any) ([]string, error) {
 		pod, ok := obj.(*corev1.Pod)
@@ -165,6 +166,14 @@ func (e *Extender) Start(ctx context.Context) error {
 	close(e.synced)
 	klog.FromContext(ctx).Info("Caches synced; serving", "policy", e.o.Policy, "leaseNamespace", e.o.LeaseNamespace)
 	return nil
+}
+
+// stripManagedFields drops what no decision reads and every cached pod and node would carry.
+func stripManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // Ready reports whether the caches have synced.

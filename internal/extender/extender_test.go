@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
@@ -760,4 +761,17 @@ func TestFilterFollowsNodeChanges(t *testing.T) {
 		_, u := filter()
 		return u["late"] == "node late is not known to the extender yet"
 	})
+}
+
+func TestStripManagedFields(t *testing.T) {
+	pod := testPod("p").neuron(1).obj()
+	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
+	out, err := stripManagedFields(pod)
+	if err != nil || out.(*corev1.Pod).ManagedFields != nil || out.(*corev1.Pod).Name != "p" {
+		t.Errorf("pod after the transform: %+v, %v", out, err)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "default/p", Obj: pod}
+	if out, err := stripManagedFields(tomb); err != nil || out != any(tomb) {
+		t.Errorf("a tombstone must pass unchanged: %+v, %v", out, err)
+	}
 }
