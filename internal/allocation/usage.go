@@ -58,6 +58,12 @@ func AllocTimeOf(pod *corev1.Pod) int64 {
 // Neuron stack placed count too; the published extension's node annotations
 // (NEURON_DEV_USAGE_MAP, NEURON_CORE_USAGE_MAP) are never read, whatever they hold.
 func NodeUsage(shape *topology.Shape, node string, pods []*corev1.Pod) (*topology.Usage, []Holder, []error) {
+	return NodeUsageWith(shape, node, pods, RecordOf)
+}
+
+// NodeUsageWith is NodeUsage with the records read by recordOf (a RecordCache's RecordOf, for
+// callers that derive a node's usage again and again from the same pods).
+func NodeUsageWith(shape *topology.Shape, node string, pods []*corev1.Pod, recordOf func(*corev1.Pod) (*Record, error)) (*topology.Usage, []Holder, []error) {
 	type entry struct {
 		pod  *corev1.Pod
 		t    int64
@@ -70,7 +76,7 @@ func NodeUsage(shape *topology.Shape, node string, pods []*corev1.Pod) (*topolog
 		if !Counts(pod) {
 			continue
 		}
-		r, err := RecordOf(pod)
+		r, err := recordOf(pod)
 		if err != nil {
 			problems = append(problems, err)
 			continue
@@ -87,8 +93,11 @@ func NodeUsage(shape *topology.Shape, node string, pods []*corev1.Pod) (*topolog
 		if a.t != b.t {
 			return a.t < b.t
 		}
-		if a.pod.Namespace+"/"+a.pod.Name != b.pod.Namespace+"/"+b.pod.Name {
-			return a.pod.Namespace+"/"+a.pod.Name < b.pod.Namespace+"/"+b.pod.Name
+		if a.pod.Namespace != b.pod.Namespace {
+			return a.pod.Namespace < b.pod.Namespace
+		}
+		if a.pod.Name != b.pod.Name {
+			return a.pod.Name < b.pod.Name
 		}
 		return a.pidx < b.pidx
 	})

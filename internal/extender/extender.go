@@ -116,7 +116,7 @@ func (e *Extender) Start(ctx context.Context) error {
 		if !ok {
 			return nil, nil
 		}
-		r, err := allocation.RecordOf(pod)
+		r, err := e.usageCache.records.RecordOf(pod)
 		if err != nil || r == nil {
 			return nil, nil
 		}

@@ -31,6 +31,8 @@ type usageCache struct {
 	failed map[types.UID]struct{} // decisions of this replica whose Binding failed
 	// overlapSince: nodes whose records overlap, since when (see usage).
 	overlapSince map[string]time.Time
+	// records parses each pod's allocation record once per change of its annotation.
+	records allocation.RecordCache
 }
 
 type cachedUsage struct {
@@ -63,7 +65,7 @@ func (c *usageCache) handler() cache.ResourceEventHandler {
 		if !ok {
 			return
 		}
-		r, err := allocation.RecordOf(pod)
+		r, err := c.records.RecordOf(pod)
 		if err != nil || r == nil {
 			return
 		}
@@ -75,7 +77,15 @@ func (c *usageCache) handler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    touch,
 		UpdateFunc: func(old, obj any) { touch(old); touch(obj) },
-		DeleteFunc: touch,
+		DeleteFunc: func(obj any) {
+			touch(obj)
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				c.records.Forget(pod.UID)
+			}
+		},
 	}
 }
 
@@ -182,7 +192,7 @@ func (e *Extender) usageOf(ctx context.Context, shape *topology.Shape, node stri
 			pods = append(pods, p)
 		}
 	}
-	u, _, problems := allocation.NodeUsage(shape, node, pods)
+	u, _, problems := allocation.NodeUsageWith(shape, node, pods, c.records.RecordOf)
 	var overlap error
 	for _, err := range problems {
 		if errors.As(err, new(*allocation.OverlapError)) {
