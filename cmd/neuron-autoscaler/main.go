@@ -34,7 +34,7 @@ func main() {
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.StringVar(&provider, "provider", "", "where nodes are launched: local (Node objects in the lab) or ec2 (required)")
 	fs.DurationVar(&o.BatchWindow, "batch-window", 10*time.Second, "wait after the first new pending pod, so that pods created together are planned together")
-	fs.DurationVar(&o.ScaleDownAfter, "scale-down-after", 10*time.Minute, "remove a node the autoscaler launched once it has had no Neuron pod this long; 0 disables scale-down")
+	fs.DurationVar(&o.ScaleDownAfter, "scale-down-after", 10*time.Minute, "remove a node the autoscaler launched once it has been empty (no pod but DaemonSet and mirror pods) this long; 0 disables scale-down")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", 30*time.Second, "how often a round runs without a new pending pod (scale-down, launch timeouts)")
 	fs.IntVar(&o.MaxNodes, "max-nodes", 0, "most Neuron nodes in the cluster (launching ones included); 0 means no limit")
 	fs.IntVar(&o.MaxDevices, "max-devices", 0, "most Neuron devices in the cluster; 0 means no limit")
@@ -50,6 +50,9 @@ func main() {
 	fs.StringVar(&e.LaunchTemplateVersion, "ec2-launch-template-version", "", "ec2: launch template version, $Latest or $Default; empty means $Latest")
 	fs.StringSliceVar(&subnets, "ec2-subnets", nil, "ec2: subnet ids, comma-separated, tried in order")
 	fs.StringVar(&e.ClusterName, "ec2-cluster-name", "", "ec2: cluster name the instances are tagged with")
+	fs.StringVar(&e.NodeNameSource, "ec2-node-name-source", ec2.NodeNamePrivateDNSName, "ec2: the name a launched instance's node registers under, which the planned pods are nominated to: "+
+		ec2.NodeNamePrivateDNSName+" (ip-10-0-0-12.ec2.internal, or i-0123456789abcdef0.ec2.internal with resource-name hostnames: EKS's AMIs) or "+
+		ec2.NodeNameInstanceID+" (i-0123456789abcdef0: Bottlerocket's hostname-override-source instance-id)")
 	env := map[string]string{
 		"kubeconfig": "KUBECONFIG", "provider": "NEURON_AUTOSCALER_PROVIDER", "batch-window": "NEURON_AUTOSCALER_BATCH_WINDOW",
 		"scale-down-after": "NEURON_AUTOSCALER_SCALE_DOWN_AFTER", "max-nodes": "NEURON_AUTOSCALER_MAX_NODES",
@@ -57,7 +60,7 @@ func main() {
 		"leader-elect": "NEURON_AUTOSCALER_LEADER_ELECT", "namespace": "POD_NAMESPACE", "metrics-address": "NEURON_METRICS_ADDRESS",
 		"catalog": "NEURON_CATALOG", "resync-interval": "NEURON_AUTOSCALER_RESYNC_INTERVAL", "ec2-region": "AWS_REGION", "ec2-endpoint": "NEURON_EC2_ENDPOINT",
 		"ec2-launch-template": "NEURON_EC2_LAUNCH_TEMPLATE", "ec2-launch-template-version": "NEURON_EC2_LAUNCH_TEMPLATE_VERSION",
-		"ec2-subnets": "NEURON_EC2_SUBNETS", "ec2-cluster-name": "NEURON_EC2_CLUSTER_NAME",
+		"ec2-subnets": "NEURON_EC2_SUBNETS", "ec2-cluster-name": "NEURON_EC2_CLUSTER_NAME", "ec2-node-name-source": "NEURON_EC2_NODE_NAME_SOURCE",
 	}
 	flagenv.Annotate(fs, env)
 	klog.InitFlags(nil)

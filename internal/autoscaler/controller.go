@@ -50,6 +50,9 @@ const (
 	ReasonFailedScaleUp = "FailedScaleUp"
 	// ReasonScaleDown: an empty node the autoscaler launched is removed.
 	ReasonScaleDown = "ScaleDown"
+	// ReasonScaleDownCancelled: a pod arrived on an empty node while it was being removed (found
+	// by the check after the cordon): the node is uncordoned and kept.
+	ReasonScaleDownCancelled = "ScaleDownCancelled"
 )
 
 // LeaseName is the leader election Lease: only its holder plans and launches.
@@ -83,8 +86,9 @@ type ControllerOptions struct {
 	// BatchWindow is how long the controller waits after the first new pending pod before it
 	// plans, so that pods created together are planned together.
 	BatchWindow time.Duration
-	// ScaleDownAfter is how long a node the autoscaler launched stays empty of Neuron pods
-	// before it is cordoned and removed; 0 disables scale-down.
+	// ScaleDownAfter is how long a node the autoscaler launched stays empty (no pod but DaemonSet
+	// and mirror pods, see Controller.empty) before it is cordoned and removed; 0 disables
+	// scale-down.
 	ScaleDownAfter time.Duration
 	// ResyncInterval is how often a round runs without a new pending pod (scale-down, launch
 	// timeouts, pods still pending); 0 means 30s.
@@ -123,9 +127,9 @@ type ControllerOptions struct {
 // not become Ready within RegisterTimeout is deleted and its pods planned again. Pods that fail
 // Check get its problems as NotTriggerScaleUp events; the others go to Plan, and every decision
 // is an event on the pod (the same message at most once in five minutes). A node the autoscaler
-// launched that holds no pod asking for Neuron devices or cores (DaemonSet and mirror pods
-// aside) and no pending pod planned onto it for ScaleDownAfter is cordoned, checked again
-// against the API server, and removed.
+// launched that holds no pod (DaemonSet and mirror pods, and finished pods, aside) and no
+// pending pod planned onto it for ScaleDownAfter is cordoned, checked again against the API
+// server, and removed; nothing is ever evicted.
 type Controller struct {
 	o        ControllerOptions
 	metrics  *metrics
@@ -147,8 +151,11 @@ type Controller struct {
 	tracked    map[string]*tracked  // launching nodes by name
 	registered map[string]bool      // nodes that have registered: never launching again
 	retired    map[string]bool      // names of nodes this controller deleted
-	emptySince map[string]time.Time // launched nodes without Neuron pods, since when
-	emitted    map[string]time.Time // event key -> when it was last emitted
+	emptySince map[string]time.Time // empty launched nodes, since when
+	// cordoned are the nodes this controller cordoned to remove them and has neither removed
+	// nor uncordoned yet (an uncordon that failed is retried at the next round).
+	cordoned map[string]bool
+	emitted  map[string]time.Time // event key -> when it was last emitted
 
 	leading, synced atomic.Bool
 }
@@ -198,7 +205,8 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	}
 	return &Controller{
 		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{},
-		tracked: map[string]*tracked{}, registered: map[string]bool{}, retired: map[string]bool{}, emptySince: map[string]time.Time{}, emitted: map[string]time.Time{},
+		tracked: map[string]*tracked{}, registered: map[string]bool{}, retired: map[string]bool{}, emptySince: map[string]time.Time{}, cordoned: map[string]bool{},
+		emitted: map[string]time.Time{},
 	}, nil
 }
 
@@ -449,6 +457,11 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	taken := map[string]bool{}
 	for _, in := range insts {
 		taken[in.Name] = true
+		// On EC2 the instance's node name is not the name it was requested under; requesting
+		// that name again would return the same instance instead of a new node.
+		if r := in.Annotations[RequestNameAnnotation]; r != "" {
+			taken[r] = true
+		}
 	}
 	for name := range nodes {
 		taken[name] = true
@@ -538,14 +551,35 @@ func (c *Controller) instances(ctx context.Context, now time.Time) ([]Instance, 
 	}
 	var out []Instance
 	names := map[string]bool{}
+	byProviderID := map[string]string{}
 	for _, in := range listed {
 		if c.retired[in.Name] {
 			continue
 		}
 		names[in.Name] = true
+		if in.ProviderID != "" {
+			byProviderID[in.ProviderID] = in.Name
+		}
 		out = append(out, in)
 	}
 	for name, t := range c.tracked {
+		// The provider may name a node otherwise once it knows more (EC2: the private DNS name,
+		// which RunInstances may not return yet): the same instance under its new name is the
+		// same launching node, with the pods this controller planned onto it, not another one.
+		if t.launched != nil && !names[name] && t.launched.ProviderID != "" && byProviderID[t.launched.ProviderID] != "" {
+			renamed := byProviderID[t.launched.ProviderID]
+			if other := c.tracked[renamed]; other != nil {
+				for _, p := range other.added {
+					if !slices.Contains(t.added, p) {
+						t.added = append(t.added, p)
+					}
+				}
+			}
+			delete(c.tracked, name)
+			t.launched.Name = renamed
+			c.tracked[renamed] = t
+			continue
+		}
 		switch {
 		case names[name]:
 		case t.launched != nil && now.Sub(t.since) < c.o.RegisterTimeout:
@@ -698,6 +732,9 @@ func (c *Controller) timeout(ctx context.Context, in Instance, node *corev1.Node
 		}
 	}
 	c.retired[in.Name] = true
+	if r := in.Annotations[RequestNameAnnotation]; r != "" {
+		c.retired[r] = true
+	}
 	delete(c.tracked, in.Name)
 	c.metrics.removed.Inc()
 	for _, k := range pods {
@@ -754,8 +791,12 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 	plan, decisions := Plan(ok, launching, Options{
 		Catalog: c.o.Catalog, Policy: c.o.Policy, Families: c.o.Families, MaxNodes: c.o.MaxNodes, MaxDevices: c.o.MaxDevices, Existing: existing,
 	})
-	// Launch the new nodes; failed[k] says why node k was not launched.
+	// Launch the new nodes; failed[k] says why node k was not launched. names[k] is the name node
+	// k was requested under (NodeName), nodeNames[k] the name it registers under, as the
+	// provider reports it: the pods are nominated to that one. They differ on EC2, where the
+	// node is named after its instance (its private DNS name).
 	names := make([]string, len(plan.Nodes))
+	nodeNames := make([]string, len(plan.Nodes))
 	failed := make([]error, len(plan.Nodes))
 	for k, n := range plan.Nodes {
 		pods := make([]string, len(n.Pods))
@@ -764,7 +805,7 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 		}
 		sort.Strings(pods)
 		if n.Launching {
-			names[k] = n.Name
+			names[k], nodeNames[k] = n.Name, n.Name
 			if t := c.tracked[n.Name]; t != nil && !c.o.DryRun {
 				for _, p := range pods {
 					if !slices.Contains(t.added, p) {
@@ -775,12 +816,27 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 			continue
 		}
 		names[k] = c.nodeName(n.InstanceType.Name, pods, taken)
+		nodeNames[k] = names[k]
 		taken[names[k]] = true
 		if c.o.DryRun {
 			logger.Info("Dry run: would launch a node", "node", names[k], "instanceType", n.InstanceType.Name, "mode", n.Mode, "pods", pods)
 			continue
 		}
-		failed[k] = c.launch(ctx, names[k], n, pods, now)
+		var in Instance
+		if in, failed[k] = c.launch(ctx, names[k], n, pods, now); failed[k] == nil {
+			nodeNames[k] = in.Name
+		}
+	}
+	// A pod an earlier round planned onto a launching node stays there (Decision.Node is -1): it
+	// is nominated to that node again, whose name may have changed since (EC2 reports the private
+	// DNS name once it has it), or was never nominated (a restarted controller).
+	priorNode := map[string]string{}
+	for _, l := range launching {
+		for _, d := range l.Pods {
+			if _, seen := priorNode[d.Key()]; !seen {
+				priorNode[d.Key()] = l.Name
+			}
+		}
 	}
 	for i, dec := range decisions {
 		pod := ok[i].Pod
@@ -792,8 +848,12 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 			continue
 		}
 		c.metrics.decisions.WithLabelValues(dec.Reason).Inc()
-		if dec.Node >= 0 && !dec.Warning() && !c.o.DryRun {
-			c.nominate(ctx, pod, names[dec.Node])
+		switch {
+		case dec.Warning() || c.o.DryRun:
+		case dec.Node >= 0:
+			c.nominate(ctx, pod, nodeNames[dec.Node])
+		case dec.Launching && priorNode[dec.Pod] != "":
+			c.nominate(ctx, pod, priorNode[dec.Pod])
 		}
 		eventType, msg := corev1.EventTypeNormal, dec.Message
 		switch {
@@ -801,6 +861,9 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 			eventType = corev1.EventTypeWarning
 		case dec.Node >= 0 && !dec.Launching && c.o.DryRun:
 			msg = fmt.Sprintf("dry run: would launch node %s for the pod: %s", names[dec.Node], dec.Message)
+		case dec.Node >= 0 && !dec.Launching && nodeNames[dec.Node] != names[dec.Node]:
+			// The name the node will have, and the one its instance carries (EC2's Name tag).
+			msg = fmt.Sprintf("%s: node %s (launched as %s)", dec.Message, nodeNames[dec.Node], names[dec.Node])
 		case dec.Node >= 0 && !dec.Launching:
 			msg = fmt.Sprintf("%s: node %s", dec.Message, names[dec.Node])
 		}
@@ -835,11 +898,13 @@ func (c *Controller) recordPlanned(ctx context.Context, name string, t *tracked)
 	klog.FromContext(ctx).V(2).Info("Recorded the pods planned onto a launching node", "node", name, "pods", want)
 }
 
-// nominate sets the pod's status.nominatedNodeName to the node planned for it. The scheduler
-// (NominatedNodeNameForExpectation, on by default since 1.35) tries that node first once it is
-// up, and counts the pod there while it schedules others, so that pods land where the plan put
-// them instead of taking the room of pods planned onto the first node that comes up. On EC2 the
-// planned name is not the node's (its private DNS name), and the hint does nothing.
+// nominate sets the pod's status.nominatedNodeName to the node planned for it, under the name
+// the provider says the node registers with (on EC2 the instance's private DNS name or id, not
+// the planned name). The scheduler (NominatedNodeNameForExpectation, on by default since 1.35)
+// tries that node first once it is up, and counts the pod there while it schedules others, so
+// that pods land where the plan put them instead of taking the room of pods planned onto the
+// first node that comes up. A name no node ever takes (a launch template that renames the
+// node) makes the hint do nothing, and does no harm.
 func (c *Controller) nominate(ctx context.Context, pod *corev1.Pod, node string) {
 	if pod.Status.NominatedNodeName == node {
 		return
@@ -860,8 +925,9 @@ func (c *Controller) nodeName(instanceType string, pods []string, taken map[stri
 	return name
 }
 
-// launch launches one planned node.
-func (c *Controller) launch(ctx context.Context, name string, n NodePlan, pods []string, now time.Time) error {
+// launch launches one planned node and returns it as the provider describes it (its Name is the
+// node name it registers under).
+func (c *Controller) launch(ctx context.Context, name string, n NodePlan, pods []string, now time.Time) (Instance, error) {
 	lbls := n.Labels()
 	lbls[LaunchedByLabel] = LaunchedByValue
 	req := NodeRequest{
@@ -872,7 +938,7 @@ func (c *Controller) launch(ctx context.Context, name string, n NodePlan, pods [
 	in, err := c.o.Provider.Launch(ctx, req)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Launching a node failed", "node", name, "instanceType", req.Type)
-		return err
+		return Instance{}, err
 	}
 	if in.Name == "" {
 		in.Name = name
@@ -889,11 +955,11 @@ func (c *Controller) launch(ctx context.Context, name string, n NodePlan, pods [
 	in.Launching = true
 	c.tracked[in.Name] = &tracked{since: now, launched: &in}
 	c.metrics.launched.WithLabelValues(req.Type).Inc()
-	klog.FromContext(ctx).Info("Launched a node", "node", in.Name, "instanceType", req.Type, "mode", req.Mode, "providerID", in.ProviderID, "pods", pods)
-	return nil
+	klog.FromContext(ctx).Info("Launched a node", "node", in.Name, "requestedAs", name, "instanceType", req.Type, "mode", req.Mode, "providerID", in.ProviderID, "pods", pods)
+	return in, nil
 }
 
-// scaleDown removes the launched nodes that stayed empty of Neuron pods for ScaleDownAfter.
+// scaleDown removes the launched nodes that stayed empty for ScaleDownAfter.
 func (c *Controller) scaleDown(ctx context.Context, nodes []*corev1.Node, planned map[string][]string, pending map[string]PodDemand, now time.Time) {
 	if c.o.ScaleDownAfter <= 0 {
 		return
@@ -901,26 +967,35 @@ func (c *Controller) scaleDown(ctx context.Context, nodes []*corev1.Node, planne
 	present := map[string]bool{}
 	for _, node := range nodes {
 		present[node.Name] = true
-		if node.Labels[LaunchedByLabel] != LaunchedByValue || !nodeReady(node) || node.DeletionTimestamp != nil {
+		due := false
+		switch {
+		case node.Labels[LaunchedByLabel] != LaunchedByValue || !nodeReady(node) || node.DeletionTimestamp != nil:
 			delete(c.emptySince, node.Name)
-			continue
-		}
-		if !c.empty(c.podsOn(node.Name), planned[node.Name], pending) {
+		case c.empty(c.podsOn(node.Name), planned[node.Name], pending) != "":
 			delete(c.emptySince, node.Name)
-			continue
+		default:
+			since, ok := c.emptySince[node.Name]
+			if !ok {
+				c.emptySince[node.Name] = now
+				break
+			}
+			if due = now.Sub(since) >= c.o.ScaleDownAfter; due {
+				c.remove(ctx, node, planned[node.Name], pending, now.Sub(since))
+			}
 		}
-		since, ok := c.emptySince[node.Name]
-		if !ok {
-			c.emptySince[node.Name] = now
-			continue
-		}
-		if now.Sub(since) >= c.o.ScaleDownAfter {
-			c.remove(ctx, node, planned[node.Name], pending, now.Sub(since))
+		// A node this controller cordoned and then kept: its uncordon failed last time.
+		if !due && c.cordoned[node.Name] {
+			c.uncordon(ctx, node.Name)
 		}
 	}
 	for name := range c.emptySince {
 		if !present[name] {
 			delete(c.emptySince, name)
+		}
+	}
+	for name := range c.cordoned {
+		if !present[name] {
+			delete(c.cordoned, name)
 		}
 	}
 }
@@ -937,12 +1012,16 @@ func (c *Controller) podsOn(node string) []*corev1.Pod {
 	return out
 }
 
-// empty reports whether none of the pods on a node asks for Neuron hardware (DaemonSet and
-// mirror pods, and terminated pods, aside) and none of the pods planned onto it is still pending.
-func (c *Controller) empty(pods []*corev1.Pod, planned []string, pending map[string]PodDemand) bool {
+// empty returns "" when a node may be removed: none of the pods planned onto it is still
+// pending, and every pod on it is a DaemonSet pod, a mirror pod or finished (Succeeded or
+// Failed). Else it names what keeps the node, for the log and the events. Any other pod keeps
+// the node, whether it asks for Neuron hardware or not, and a pod being deleted keeps it until
+// it has stopped: the autoscaler evicts nothing, so a node with such a pod is not empty, and
+// removing it would kill the pod. DaemonSet and mirror pods belong to the node and go with it.
+func (c *Controller) empty(pods []*corev1.Pod, planned []string, pending map[string]PodDemand) string {
 	for _, k := range planned {
 		if _, ok := pending[k]; ok {
-			return false
+			return "pod " + k + ", planned onto it, is still pending"
 		}
 	}
 	for _, pod := range pods {
@@ -955,56 +1034,52 @@ func (c *Controller) empty(pods []*corev1.Pod, planned []string, pending map[str
 		if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "DaemonSet" {
 			continue
 		}
-		if len(allocation.PodRequests(pod)) > 0 {
-			return false
-		}
-		// A claim that cannot be resolved counts as Neuron: never remove a node in doubt.
-		if dra, unresolved := c.draRequests(pod); len(dra) > 0 || unresolved != "" {
-			return false
-		}
+		return "pod " + pod.Namespace + "/" + pod.Name + " runs on it"
 	}
-	return true
+	return ""
 }
 
-// remove cordons an empty node, checks again with the API server that it holds no Neuron pod,
-// and deletes it.
+// remove cordons an empty node, lists its pods again from the API server, and removes it if it
+// is still empty. The informer's view of the node may be behind: a pod the scheduler bound to it
+// after the round began (but before the cordon, which stops further binds) is in the fresh list,
+// and then the node is uncordoned and kept rather than removed with the pod on it.
 func (c *Controller) remove(ctx context.Context, node *corev1.Node, planned []string, pending map[string]PodDemand, emptyFor time.Duration) {
 	logger := klog.FromContext(ctx).WithValues("node", node.Name, "instanceType", node.Labels[labels.InstanceType])
 	if c.o.DryRun {
 		logger.Info("Dry run: would remove an empty node", "emptyFor", emptyFor)
-		c.event(ctx, node, corev1.EventTypeNormal, ReasonScaleDown, fmt.Sprintf("dry run: would remove node %s: no Neuron pod for %s", node.Name, c.o.ScaleDownAfter))
+		c.event(ctx, node, corev1.EventTypeNormal, ReasonScaleDown, fmt.Sprintf("dry run: would remove node %s: empty for %s", node.Name, c.o.ScaleDownAfter))
 		return
 	}
 	nodes := c.o.Client.CoreV1().Nodes()
-	cordoned := false
 	if !node.Spec.Unschedulable {
 		if _, err := nodes.Patch(ctx, node.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 			logger.Error(err, "Cordoning an empty node failed; retrying at the next round")
 			return
 		}
-		cordoned = true
+		c.cordoned[node.Name] = true
 	}
 	list, err := c.o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node.Name).String()})
+	if err != nil {
+		logger.Error(err, "Listing the node's pods after cordoning it failed; keeping the node, its emptiness is timed again")
+		c.keep(ctx, node.Name)
+		return
+	}
 	var onNode []*corev1.Pod
-	if err == nil {
-		for i := range list.Items {
-			if list.Items[i].Spec.NodeName == node.Name {
-				onNode = append(onNode, &list.Items[i])
-			}
+	for i := range list.Items {
+		if list.Items[i].Spec.NodeName == node.Name {
+			onNode = append(onNode, &list.Items[i])
 		}
 	}
-	if err != nil || !c.empty(onNode, planned, pending) {
-		if err != nil {
-			logger.Error(err, "Listing the node's pods after cordoning it failed; keeping the node")
+	if why := c.empty(onNode, planned, pending); why != "" {
+		c.metrics.cancelled.Inc()
+		if c.cordoned[node.Name] {
+			logger.Info("The node is no longer empty after its cordon; uncordoning and keeping it", "reason", why)
+			c.event(ctx, node, corev1.EventTypeNormal, ReasonScaleDownCancelled, fmt.Sprintf("node %s was cordoned for removal after it was empty for %s, but %s: uncordoned and kept", node.Name, c.o.ScaleDownAfter, why))
 		} else {
-			logger.V(2).Info("A Neuron pod arrived while the node was cordoned; keeping it")
+			logger.Info("The node is no longer empty; keeping it, cordoned as it was", "reason", why)
+			c.event(ctx, node, corev1.EventTypeNormal, ReasonScaleDownCancelled, fmt.Sprintf("node %s was to be removed after it was empty for %s, but %s: kept (its cordon, which the autoscaler did not set, stays)", node.Name, c.o.ScaleDownAfter, why))
 		}
-		delete(c.emptySince, node.Name)
-		if cordoned {
-			if _, err := nodes.Patch(ctx, node.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{}); err != nil {
-				logger.Error(err, "Uncordoning the node failed")
-			}
-		}
+		c.keep(ctx, node.Name)
 		return
 	}
 	if err := c.o.Provider.Delete(ctx, node.Name); err != nil {
@@ -1017,9 +1092,30 @@ func (c *Controller) remove(ctx context.Context, node *corev1.Node, planned []st
 	c.retired[node.Name] = true
 	delete(c.emptySince, node.Name)
 	delete(c.tracked, node.Name)
+	delete(c.cordoned, node.Name)
 	c.metrics.removed.Inc()
 	logger.Info("Removed an empty node", "emptyFor", emptyFor)
-	c.event(ctx, node, corev1.EventTypeNormal, ReasonScaleDown, fmt.Sprintf("node %s had no Neuron pod for %s: cordoned and removed", node.Name, c.o.ScaleDownAfter))
+	c.event(ctx, node, corev1.EventTypeNormal, ReasonScaleDown, fmt.Sprintf("node %s was empty for %s (no pod but DaemonSet and mirror pods): cordoned and removed", node.Name, c.o.ScaleDownAfter))
+}
+
+// keep stops the removal of a node: its emptiness is timed again from the next round, and the
+// cordon is lifted if this controller set it (a node an administrator cordoned stays so).
+func (c *Controller) keep(ctx context.Context, name string) {
+	delete(c.emptySince, name)
+	if c.cordoned[name] {
+		c.uncordon(ctx, name)
+	}
+}
+
+// uncordon lifts a cordon this controller set; a failure is retried at the next round.
+func (c *Controller) uncordon(ctx context.Context, name string) {
+	if _, err := c.o.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{}); err != nil {
+		if !apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).Error(err, "Uncordoning a node the autoscaler kept failed; retrying at the next round", "node", name)
+			return
+		}
+	}
+	delete(c.cordoned, name)
 }
 
 // event records an event unless the same one was recorded on the object in the last

@@ -31,8 +31,8 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
-// fakeProvider keeps its nodes in memory: a launched node is launching until the test says
-// otherwise.
+// fakeProvider keeps its nodes in memory, by node name: a launched node is launching until the
+// test says otherwise.
 type fakeProvider struct {
 	mu        sync.Mutex
 	instances map[string]Instance
@@ -40,6 +40,9 @@ type fakeProvider struct {
 	deleted   []string
 	recorded  [][]string // SetPlannedPods calls' pods
 	recordErr error      // SetPlannedPods fails with it
+	// nodeName, when set, names the node launched for a request otherwise than the request
+	// (as EC2 does: the private DNS name), and the instance carries RequestNameAnnotation.
+	nodeName func(NodeRequest) string
 }
 
 var _ Provider = (*fakeProvider)(nil)
@@ -51,13 +54,40 @@ func (p *fakeProvider) Name() string { return "fake" }
 func (p *fakeProvider) Launch(_ context.Context, r NodeRequest) (Instance, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if in, ok := p.instances[r.Name]; ok {
-		return in, nil
+	for _, in := range p.instances {
+		if in.Name == r.Name || in.Annotations[RequestNameAnnotation] == r.Name {
+			return in, nil
+		}
 	}
 	in := Instance{Name: r.Name, ProviderID: "fake:///" + r.Name, Type: r.Type, Launching: true, Labels: r.Labels, Annotations: r.Annotations}
-	p.instances[r.Name] = in
+	if p.nodeName != nil {
+		in.Name = p.nodeName(r)
+		in.Annotations = maps.Clone(r.Annotations)
+		in.Annotations[RequestNameAnnotation] = r.Name
+	}
+	p.instances[in.Name] = in
 	p.launches = append(p.launches, r)
 	return in, nil
+}
+
+// rename makes the provider list a node under another name from now on, as EC2 does once it
+// reports the private DNS name RunInstances had not returned yet.
+func (p *fakeProvider) rename(from, to string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	in := p.instances[from]
+	delete(p.instances, from)
+	in.Name = to
+	p.instances[to] = in
+}
+
+// setLaunching sets whether the provider reports a node as launching.
+func (p *fakeProvider) setLaunching(name string, launching bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	in := p.instances[name]
+	in.Launching = launching
+	p.instances[name] = in
 }
 
 func (p *fakeProvider) Instances(context.Context) ([]Instance, error) {
@@ -488,24 +518,38 @@ func TestControllerDryRun(t *testing.T) {
 	}
 }
 
+// dsPod is a DaemonSet's pod on the node.
+func dsPod(name, node string) *corev1.Pod {
+	p := boundPod(testPod(name).container("plugin", "cpu", 1), node)
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "neuron-device-plugin", UID: "ds", Controller: ptr.To(true)}}
+	return p
+}
+
 func TestControllerScaleDown(t *testing.T) {
-	dsOwner := []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "neuron-device-plugin", UID: "ds", Controller: ptr.To(true)}}
-	dsPod := boundPod(testPod("plugin-x").container("plugin", "cpu", 1), "neuron-empty-abc")
-	dsPod.OwnerReferences = dsOwner
+	// On neuron-empty-abc only pods that go with the node: a DaemonSet's, a mirror pod and
+	// pods that have finished.
+	mirror := boundPod(testPod("static").container("c", "cpu", 1), "neuron-empty-abc")
+	mirror.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
+	done, failed := boundPod(testPod("done").devices(1), "neuron-empty-abc"), boundPod(testPod("failed").container("c", "cpu", 1), "neuron-empty-abc")
+	done.Status.Phase, failed.Status.Phase = corev1.PodSucceeded, corev1.PodFailed
 	objs := []runtime.Object{
 		launchedNode("neuron-empty-abc", "inf1.xlarge", t0.Add(-time.Hour)),
-		dsPod,
+		dsPod("plugin-x", "neuron-empty-abc"), mirror, done, failed,
 		launchedNode("neuron-busy-abc", "inf1.xlarge", t0.Add(-time.Hour)),
 		boundPod(testPod("work").devices(1), "neuron-busy-abc"),
 		launchedNode("neuron-claim-abc", "inf1.xlarge", t0.Add(-time.Hour)),
 		draPod(boundPod(testPod("dra"), "neuron-claim-abc"), "neurons"),
 		draTemplate("neurons", 1),
+		// A pod that asks for no Neuron hardware keeps the node too: nothing is evicted, and
+		// removing the node would kill it.
+		launchedNode("neuron-cpu-abc", "inf1.xlarge", t0.Add(-time.Hour)),
+		boundPod(testPod("cpu-only").container("c", "cpu", 1), "neuron-cpu-abc"),
 	}
 	other := launchedNode("someone-elses-abc", "inf1.xlarge", t0.Add(-time.Hour))
 	delete(other.Labels, LaunchedByLabel)
 	objs = append(objs, other)
 	e := newEnv(t, objs...)
-	for _, n := range []string{"neuron-empty-abc", "neuron-busy-abc", "neuron-claim-abc"} {
+	for _, n := range []string{"neuron-empty-abc", "neuron-busy-abc", "neuron-claim-abc", "neuron-cpu-abc"} {
 		e.provider.instances[n] = Instance{Name: n, Type: "inf1.xlarge"}
 	}
 	c, rec := e.controller()
@@ -530,7 +574,7 @@ func TestControllerScaleDown(t *testing.T) {
 	if !cordoned {
 		t.Error("the node was not cordoned before its removal")
 	}
-	if ev := events(rec); !slices.Equal(ev, []string{"Normal ScaleDown node neuron-empty-abc had no Neuron pod for 10m0s: cordoned and removed"}) {
+	if ev := events(rec); !slices.Equal(ev, []string{"Normal ScaleDown node neuron-empty-abc was empty for 10m0s (no pod but DaemonSet and mirror pods): cordoned and removed"}) {
 		t.Errorf("events %q", ev)
 	}
 	if n := metricValue(t, c.metrics.removed); n != 1 {
@@ -539,7 +583,7 @@ func TestControllerScaleDown(t *testing.T) {
 	e.clock.Add(time.Hour)
 	round(t, c)
 	if len(e.provider.deleted) != 1 {
-		t.Errorf("removed %v: nodes with Neuron pods (requests or claims) and nodes not launched by the autoscaler stay", e.provider.deleted)
+		t.Errorf("removed %v: nodes with pods (Neuron requests, claims or none) and nodes not launched by the autoscaler stay", e.provider.deleted)
 	}
 }
 

@@ -14,6 +14,7 @@ type metrics struct {
 	decisions *prometheus.CounterVec
 	launched  *prometheus.CounterVec
 	removed   prometheus.Counter
+	cancelled prometheus.Counter
 	duration  prometheus.Histogram
 }
 
@@ -36,13 +37,17 @@ func newMetrics() *metrics {
 			Name: "neuron_autoscaler_nodes_removed_total",
 			Help: "Neuron nodes removed: empty for the scale-down delay, or never registered.",
 		}),
+		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "neuron_autoscaler_scale_downs_cancelled_total",
+			Help: "Removals of empty nodes called off because the check after the cordon found a pod on the node (the node was uncordoned and kept).",
+		}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "neuron_autoscaler_decision_duration_seconds",
 			Help:    "Time of one planning round: checks, plan and launches.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 	}
-	m.registry.MustRegister(m.pending, m.decisions, m.launched, m.removed, m.duration)
+	m.registry.MustRegister(m.pending, m.decisions, m.launched, m.removed, m.cancelled, m.duration)
 	return m
 }
 

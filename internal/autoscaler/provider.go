@@ -19,6 +19,11 @@ const (
 	// node was launched for and of those later rounds planned onto it (Provider.SetPlannedPods);
 	// they count on it while it is launching, so a restart launches nothing twice.
 	PlannedPodsAnnotation = "kube-neuron.io/planned-pods"
+	// RequestNameAnnotation, on an Instance whose Name is not the name it was requested under
+	// (EC2: the node registers under the instance's private DNS name or id), is the
+	// NodeRequest.Name it was launched for, so that a later plan does not request that name
+	// again while the instance lives.
+	RequestNameAnnotation = "kube-neuron.io/node-name"
 )
 
 // NodeRequest is a node to launch.
@@ -35,7 +40,11 @@ type NodeRequest struct {
 
 // Instance is a node a provider launched.
 type Instance struct {
-	Name       string // the Kubernetes node name it registers (or will register) as
+	// Name is the Kubernetes node name it registers (or will register) as: the pods planned
+	// onto it are nominated to this name, and its Node is found by it. A provider may report a
+	// new Name for the same ProviderID once it knows it (EC2, before the instance has its
+	// private DNS name).
+	Name       string
 	ProviderID string // e.g. aws:///us-west-2a/i-0123456789abcdef0, or kube-neuron-local:///<name>
 	Type       string
 	// Launching is true until the node has registered with the cluster and is Ready.

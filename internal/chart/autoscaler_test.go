@@ -76,6 +76,7 @@ var ec2Env = []corev1.EnvVar{
 	{Name: "NEURON_EC2_LAUNCH_TEMPLATE_VERSION", Value: ""},
 	{Name: "NEURON_EC2_SUBNETS", Value: "subnet-0a1b,subnet-0c2d"},
 	{Name: "NEURON_EC2_CLUSTER_NAME", Value: "prod"},
+	{Name: "NEURON_EC2_NODE_NAME_SOURCE", Value: "private-dns-name"},
 }
 
 // TestAutoscalerEC2 renders the autoscaler with the default provider, ec2, and its required
@@ -167,7 +168,7 @@ func checkAutoscaler(t *testing.T, m manifest, ns string, replicas int32, wantEn
 	if !reflect.DeepEqual(spec.Tolerations, wantTolerations) {
 		t.Errorf("tolerations = %+v, want %+v", spec.Tolerations, wantTolerations)
 	}
-	// Never on a node it launched (it removes those once they hold no Neuron pod); replicas on
+	// Never on a node it launched (it removes those once they are empty); replicas on
 	// different nodes when possible.
 	wantAffinity := &corev1.Affinity{
 		NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
@@ -321,6 +322,9 @@ func TestAutoscalerValues(t *testing.T) {
 		"autoscaler.ec2.region=us-west-2",
 		"autoscaler.ec2.endpoint=https://ec2.us-west-2.amazonaws.com",
 		"autoscaler.ec2.launchTemplateVersion=$Default",
+		"autoscaler.ec2.nodeNameSource=instance-id",
+		"autoscaler.catalog.configMapName=neuron-prices",
+		"autoscaler.catalog.configMapKey=prices.yaml",
 	)...)
 	want := sorted([]string{
 		"ClusterRole /neuron-autoscaler", "ClusterRoleBinding /neuron-autoscaler",
@@ -372,12 +376,14 @@ func TestAutoscalerValues(t *testing.T) {
 		{Name: "NEURON_AUTOSCALER_LEADER_ELECT", Value: "true"},
 		{Name: "POD_NAMESPACE", ValueFrom: fieldEnv("metadata.namespace")},
 		{Name: "NEURON_METRICS_ADDRESS", Value: ":9000"},
+		{Name: "NEURON_CATALOG", Value: "/etc/neuron-autoscaler/catalog/catalog.yaml"},
 		{Name: "AWS_REGION", Value: "us-west-2"},
 		{Name: "NEURON_EC2_ENDPOINT", Value: "https://ec2.us-west-2.amazonaws.com"},
 		{Name: "NEURON_EC2_LAUNCH_TEMPLATE", Value: "lt-0123456789abcdef0"},
 		{Name: "NEURON_EC2_LAUNCH_TEMPLATE_VERSION", Value: "$Default"},
 		{Name: "NEURON_EC2_SUBNETS", Value: "subnet-0a1b,subnet-0c2d"},
 		{Name: "NEURON_EC2_CLUSTER_NAME", Value: "prod"},
+		{Name: "NEURON_EC2_NODE_NAME_SOURCE", Value: "instance-id"},
 	}
 	if !reflect.DeepEqual(c.Env, wantEnv) {
 		t.Errorf("env =\n  %+v\nwant\n  %+v", c.Env, wantEnv)
@@ -386,9 +392,11 @@ func TestAutoscalerValues(t *testing.T) {
 		t.Errorf("ports = %+v, want metrics 9000", c.Ports)
 	}
 	checkResources(t, c.Resources, "50m", "128Mi", "500m", "2Gi")
+	// Your ConfigMap's key, mounted where NEURON_CATALOG says; the chart makes no ConfigMap.
+	checkCatalogMount(t, spec, "neuron-prices", "prices.yaml")
 
 	// Every env var is one of neuron-autoscaler's, and every flag but --kubeconfig (in-cluster)
-	// and --catalog (the built-in catalog) has its env var.
+	// has its env var.
 	flagEnv := autoscalerFlagEnv(t)
 	var names []string
 	for _, e := range c.Env {
@@ -398,7 +406,7 @@ func TestAutoscalerValues(t *testing.T) {
 		names = append(names, e.Name)
 	}
 	for _, name := range flagEnv {
-		if !slices.Contains(names, name) && name != "KUBECONFIG" && name != "NEURON_CATALOG" {
+		if !slices.Contains(names, name) && name != "KUBECONFIG" {
 			t.Errorf("flag env var %s is not set by the chart", name)
 		}
 	}
@@ -511,6 +519,12 @@ func TestAutoscalerSchemaRejectsBadValues(t *testing.T) {
 		{"autoscaler.ec2.subnets={}", "/autoscaler/ec2/subnets/0"},
 		{`autoscaler.ec2.subnets={subnet-0a1b\,subnet-0c2d}`, "/autoscaler/ec2/subnets/0"},
 		{"autoscaler.ec2.clusterName=-prod", "/autoscaler/ec2/clusterName"},
+		{"autoscaler.ec2.nodeNameSource=hostname", "value must be one of 'private-dns-name', 'instance-id'"},
+		{"autoscaler.ec2.nodeNameSource=", "value must be one of 'private-dns-name', 'instance-id'"},
+		{"autoscaler.catalog.file=prices.yaml", "additional properties 'file' not allowed"},
+		{"autoscaler.catalog.configMapName=Neuron_Prices", "/autoscaler/catalog/configMapName"},
+		{"autoscaler.catalog.configMapKey=prices/catalog.yaml", "/autoscaler/catalog/configMapKey"},
+		{"autoscaler.catalog.configMapKey=", "/autoscaler/catalog/configMapKey"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			t.Parallel()
@@ -538,6 +552,9 @@ func TestAutoscalerSchemaAcceptsGoodValues(t *testing.T) {
 		"autoscaler.ec2.launchTemplateVersion=$Latest",
 		"autoscaler.ec2.clusterName=my.cluster.k8s.local",
 		"autoscaler.ec2.endpoint=http://localhost:4566",
+		"autoscaler.ec2.nodeNameSource=instance-id",
+		"autoscaler.catalog.configMapName=neuron.prices",
+		"autoscaler.catalog.configMapKey=Prices_2026.yaml",
 	} {
 		t.Run(set, func(t *testing.T) {
 			t.Parallel()
@@ -622,6 +639,7 @@ func TestAutoscalerLint(t *testing.T) {
 		append([]string{"autoscaler.replicas=1", "autoscaler.dryRun=true", `autoscaler.podAnnotations.prometheus\.io/scrape=true`,
 			`autoscaler.serviceAccount.annotations.eks\.amazonaws\.com/role-arn=arn:aws:iam::111122223333:role/neuron-autoscaler`}, autoscalerEC2...),
 		{"autoscaler.enabled=true", "autoscaler.provider=local", "devicePlugin.enabled=false", "npd.enabled=false", "draDriver.enabled=true"},
+		append([]string{"autoscaler.catalog.configMapName=neuron-prices", "autoscaler.ec2.nodeNameSource=instance-id"}, autoscalerEC2...),
 	} {
 		t.Run(strings.Join(append([]string{"lint"}, sets...), " "), func(t *testing.T) {
 			t.Parallel()

@@ -495,6 +495,13 @@ var contradictions = []struct {
 		"scheduler.enabled is true and devicePlugin.enabled is false: the scheduler extender needs the device plugin"},
 	{"ec2 provider without settings", []string{"autoscaler.enabled=true"},
 		"autoscaler.provider is ec2 and autoscaler.ec2.launchTemplate, autoscaler.ec2.subnets, autoscaler.ec2.clusterName are empty"},
+	{"two catalogs", []string{"autoscaler.enabled=true", "autoscaler.provider=local", "autoscaler.catalog.inline=kind: InstanceCatalog", "autoscaler.catalog.configMapName=neuron-prices"},
+		"autoscaler.catalog.inline and autoscaler.catalog.configMapName are both set: the autoscaler reads one catalog file, from the ConfigMap the chart makes of autoscaler.catalog.inline or from your ConfigMap neuron-prices. " +
+			"Set only one: --set autoscaler.catalog.configMapName= to use the inline catalog, or --set autoscaler.catalog.inline= to use your ConfigMap."},
+	{"a catalog that is no YAML mapping", []string{"autoscaler.enabled=true", "autoscaler.provider=local", "autoscaler.catalog.inline=prices: trn2: 44"},
+		"autoscaler.catalog.inline is not a YAML mapping: error converting YAML to JSON: yaml: mapping values are not allowed in this context. It must be an instance catalog file"},
+	{"a catalog of another kind", []string{"autoscaler.enabled=true", "autoscaler.provider=local", "autoscaler.catalog.inline=kind: ConfigMap"},
+		`autoscaler.catalog.inline has apiVersion "" and kind "ConfigMap": an instance catalog file has apiVersion: kube-neuron.io/v1 and kind: InstanceCatalog (docs/catalog.md).`},
 }
 
 // TestEveryContradictionIsRefused renders every contradiction and checks that each `fail` of the

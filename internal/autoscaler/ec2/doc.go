@@ -43,10 +43,22 @@
 // --register-with-taints=aws.amazon.com/neuron=true:NoSchedule]; on AL2, bootstrap.sh
 // --kubelet-extra-args with the same flags. Labels that differ per node
 // (kube-neuron.io/allocation-mode) need one launch template per allocation mode or the
-// controller labelling the Node when it registers. The node registers under the instance's
-// private DNS name (ip-10-0-0-1.us-west-2.compute.internal, or i-0123....compute.internal with
-// resource-name hostnames), which is Instance.Name; a launch template that overrides the
-// kubelet's hostname breaks that.
+// controller labelling the Node when it registers.
+//
+// # Node names
+//
+// Instance.Name is the name the node registers under, which the controller nominates the planned
+// pods to (status.nominatedNodeName) and finds the Node by; the request's name stays in the Name
+// and node-name tags. With Options.NodeNameSource private-dns-name (the default, what EKS's AMIs
+// do) it is the instance's PrivateDnsName: ip-10-0-0-12.ec2.internal,
+// ip-10-0-0-12.us-west-2.compute.internal, or i-0123456789abcdef0.us-west-2.compute.internal in a
+// subnet with resource-name hostnames. With instance-id it is the instance id,
+// i-0123456789abcdef0 (Bottlerocket with hostname-override-source instance-id). Until EC2 reports
+// a private DNS name, the instance is named by its request; the controller follows it to the new
+// name by its provider ID. A launch template that names the node otherwise (a kubelet
+// --hostname-override of its own) breaks the link between instance and Node: the nomination
+// does nothing, and the controller, which never sees the node register, terminates it after the
+// register timeout.
 //
 // # IAM policy
 //

@@ -41,7 +41,25 @@ type Options struct {
 	// Credentials overrides the SDK's default credential chain (IRSA or EKS Pod Identity in a
 	// cluster); nil = the default chain. Tests use static credentials.
 	Credentials aws.CredentialsProvider
+	// NodeNameSource says which name an instance's node registers under, so that the controller
+	// nominates the planned pods to that name and finds the Node: NodeNamePrivateDNSName (the
+	// default, "") or NodeNameInstanceID.
+	NodeNameSource string
 }
+
+// Node name sources (Options.NodeNameSource), named as Bottlerocket's
+// settings.kubernetes.hostname-override-source values.
+const (
+	// NodeNamePrivateDNSName: the node is named after the instance's PrivateDnsName, as EKS's
+	// AMIs (AL2023 nodeadm, AL2 bootstrap.sh, Bottlerocket by default) register it:
+	// ip-10-0-0-12.ec2.internal, ip-10-0-0-12.us-west-2.compute.internal, or, in a subnet with
+	// resource-name hostnames, i-0123456789abcdef0.us-west-2.compute.internal.
+	NodeNamePrivateDNSName = "private-dns-name"
+	// NodeNameInstanceID: the node is named after the instance id, i-0123456789abcdef0
+	// (Bottlerocket's hostname-override-source: instance-id, the AWS cloud controller manager's
+	// resource-name nodes).
+	NodeNameInstanceID = "instance-id"
+)
 
 func (o Options) validate() error {
 	var problems []string
@@ -56,6 +74,12 @@ func (o Options) validate() error {
 			problems = append(problems, "subnet ids must not be empty")
 			break
 		}
+	}
+	switch o.NodeNameSource {
+	case "", NodeNamePrivateDNSName, NodeNameInstanceID:
+	default:
+		problems = append(problems, fmt.Sprintf("the node name source %q is neither %s (nodes named like ip-10-0-0-12.ec2.internal, the EKS default) nor %s (nodes named like i-0123456789abcdef0)",
+			o.NodeNameSource, NodeNamePrivateDNSName, NodeNameInstanceID))
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("ec2: %s", strings.Join(problems, "; "))
@@ -193,7 +217,7 @@ func (p *Provider) Launch(ctx context.Context, r autoscaler.NodeRequest) (autosc
 	}
 	if len(found) > 0 {
 		logger.V(2).Info("Instance already launched", "instance", aws.ToString(found[0].InstanceId))
-		return toInstance(found[0]), nil
+		return p.toInstance(found[0]), nil
 	}
 
 	tags := p.tags(r)
@@ -205,8 +229,8 @@ func (p *Provider) Launch(ctx context.Context, r autoscaler.NodeRequest) (autosc
 		}
 		id := aws.ToString(in.InstanceId)
 		if in.State == nil || in.State.Name == types.InstanceStateNamePending || in.State.Name == types.InstanceStateNameRunning {
-			logger.V(2).Info("Launched instance", "instance", id, "subnet", aws.ToString(in.SubnetId), "clientToken", token)
-			return toInstance(*in), nil
+			logger.V(2).Info("Launched instance", "instance", id, "subnet", aws.ToString(in.SubnetId), "clientToken", token, "privateDNSName", aws.ToString(in.PrivateDnsName))
+			return p.toInstance(*in), nil
 		}
 		// EC2 keeps a client token for at least 24 hours after its instance terminated and
 		// answers it with that instance: an earlier node of this name, whose pods are planned
@@ -319,13 +343,13 @@ func (p *Provider) Instances(ctx context.Context) ([]autoscaler.Instance, error)
 	}
 	out := make([]autoscaler.Instance, 0, len(found))
 	for _, in := range found {
-		out = append(out, toInstance(in))
+		out = append(out, p.toInstance(in))
 	}
 	return out, nil
 }
 
 // Delete implements autoscaler.Provider: it terminates the instance of the node, named by the
-// request's name (the node-name tag) or by its private DNS name (the Kubernetes node name).
+// request's name (the node-name tag) or by the Kubernetes node name (Instance.Name).
 func (p *Provider) Delete(ctx context.Context, name string) error {
 	found, err := p.byName(ctx, name)
 	if err != nil {
@@ -405,12 +429,17 @@ func (p *Provider) tagError(op, name string, ids []string, err error) error {
 }
 
 // byName finds the instances of a node, named by the request's name (the node-name tag) or by
-// its private DNS name (the Kubernetes node name), in the listed states.
+// the Kubernetes node name (Instance.Name: the private DNS name or the instance id), in the
+// listed states.
 func (p *Provider) byName(ctx context.Context, name string) ([]types.Instance, error) {
-	// A request name (autoscaler.NodeName) has no dots; a private DNS name does: look it up the
-	// likelier way first.
-	byName := []types.Filter{filter("tag:"+NodeNameTag, name), filter("private-dns-name", name)}
-	if strings.Contains(name, ".") {
+	// A request name (autoscaler.NodeName) starts with neuron- and has no dots; a private DNS
+	// name has dots, an instance id starts with i-: look it up the likelier way first.
+	nodeFilter, isNodeName := filter("private-dns-name", name), strings.Contains(name, ".")
+	if p.o.NodeNameSource == NodeNameInstanceID {
+		nodeFilter, isNodeName = filter("instance-id", name), strings.HasPrefix(name, "i-")
+	}
+	byName := []types.Filter{filter("tag:"+NodeNameTag, name), nodeFilter}
+	if isNodeName {
 		byName[0], byName[1] = byName[1], byName[0]
 	}
 	for _, f := range byName {
@@ -464,14 +493,21 @@ func filter(name string, values ...string) types.Filter {
 	return f
 }
 
-// toInstance describes an EC2 instance for the controller.
-func toInstance(in types.Instance) autoscaler.Instance {
+// toInstance describes an EC2 instance for the controller. Its Name is the node name the
+// instance registers under (Options.NodeNameSource), which the controller nominates the planned
+// pods to and matches Nodes by. EC2 may answer without a PrivateDnsName before the instance is
+// running; until it does, the Name is the request's (the node-name tag), and the controller
+// follows the instance to its new name by its ProviderID.
+func (p *Provider) toInstance(in types.Instance) autoscaler.Instance {
 	tags := map[string]string{}
 	for _, t := range in.Tags {
 		tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
 	}
 	id := aws.ToString(in.InstanceId)
 	name := aws.ToString(in.PrivateDnsName)
+	if p.o.NodeNameSource == NodeNameInstanceID {
+		name = id
+	}
 	if name == "" {
 		name = tags[NodeNameTag]
 	}

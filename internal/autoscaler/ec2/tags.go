@@ -22,8 +22,9 @@ const (
 	// NameTag is the name the EC2 console shows: the request's name.
 	NameTag = "Name"
 	// NodeNameTag is the request's name (autoscaler.NodeName), by which Launch finds an
-	// instance it already launched; Instances reports it as an annotation of the same key.
-	NodeNameTag = "kube-neuron.io/node-name"
+	// instance it already launched; Instances reports it as the annotation
+	// autoscaler.RequestNameAnnotation, of the same key.
+	NodeNameTag = autoscaler.RequestNameAnnotation
 	// NodeTemplateLabelPrefix and NodeTemplateTaintPrefix are the cluster-autoscaler and
 	// Karpenter convention for the labels (<prefix><key>=<value>) and taints
 	// (<prefix><key>=<value>:<effect>) a node will have.

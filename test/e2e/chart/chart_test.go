@@ -47,6 +47,9 @@ var installs = []struct {
 	{"seed 003: DRA driver only", []string{"devicePlugin.enabled=false", "npd.enabled=false", "draDriver.enabled=true"}},
 	{"autoscaler with the ec2 provider", append([]string{"npd.enabled=false"}, ec2...)},
 	{"autoscaler with the local provider, one replica", []string{"autoscaler.enabled=true", "autoscaler.provider=local", "autoscaler.replicas=1"}},
+	{"autoscaler with a catalog file: inline (the chart's ConfigMap), nodes named by instance id", append([]string{"npd.enabled=false", "autoscaler.ec2.nodeNameSource=instance-id",
+		"--set-literal=autoscaler.catalog.inline=apiVersion: kube-neuron.io/v1\nkind: InstanceCatalog\ninstanceTypes:\n- name: trn2.48xlarge\n  priceUSDPerHour: 44.70\n"}, ec2...)},
+	{"autoscaler with a catalog file: your ConfigMap", []string{"autoscaler.enabled=true", "autoscaler.provider=local", "autoscaler.catalog.configMapName=neuron-prices", "autoscaler.catalog.configMapKey=prices.yaml"}},
 	{"device plugin and DRA driver on different nodes", []string{"draDriver.enabled=true", "devicePlugin.allowWithDRA=true"}},
 	{"hardened: TLS from the chart's own cert-manager CA, admission policy, scrapers from one namespace", append([]string{
 		"scheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true",

@@ -39,7 +39,8 @@ var helmOnce = sync.OnceValues(func() (string, error) {
 
 // HelmTemplate runs `helm template <release> <chart> --namespace <ns> --set ...` with the pinned
 // helm ($KUBE_NEURON_HELM, or the one hack/helm/build.sh builds) and returns its output, or
-// helm's error message.
+// helm's error message. A set that starts with -- is passed as a flag of its own, e.g.
+// --set-literal=key=<a value with newlines and commas>, which --set would split.
 func HelmTemplate(t testing.TB, release, ns string, sets ...string) (string, error) {
 	t.Helper()
 	helm, err := helmOnce()
@@ -52,6 +53,10 @@ func HelmTemplate(t testing.TB, release, ns string, sets ...string) (string, err
 	}
 	args := []string{"template", release, filepath.Join(root, Chart), "--namespace", ns}
 	for _, s := range sets {
+		if strings.HasPrefix(s, "--") {
+			args = append(args, s)
+			continue
+		}
 		args = append(args, "--set", s)
 	}
 	home := t.TempDir()

@@ -243,6 +243,19 @@ Fails rendering on contradictory values. validate.yaml includes it, so every ren
 {{- if and .Values.scheduler.enabled (not .Values.devicePlugin.enabled) (not .Values.devicePlugin.allowWithDRA) (not .Values.scheduler.allowWithoutDevicePlugin) -}}
 {{- fail "scheduler.enabled is true and devicePlugin.enabled is false: the scheduler extender needs the device plugin, which serves the allocation the extender writes on each pod. Leave devicePlugin.enabled=true, or set scheduler.allowWithoutDevicePlugin=true if another component runs kube-neuron's device plugin." -}}
 {{- end -}}
+{{- $catalog := .Values.autoscaler.catalog -}}
+{{- if and .Values.autoscaler.enabled $catalog.inline $catalog.configMapName -}}
+{{- fail (printf "autoscaler.catalog.inline and autoscaler.catalog.configMapName are both set: the autoscaler reads one catalog file, from the ConfigMap the chart makes of autoscaler.catalog.inline or from your ConfigMap %s. Set only one: --set autoscaler.catalog.configMapName= to use the inline catalog, or --set autoscaler.catalog.inline= to use your ConfigMap." $catalog.configMapName) -}}
+{{- end -}}
+{{- if and .Values.autoscaler.enabled $catalog.inline -}}
+{{- $doc := fromYaml $catalog.inline -}}
+{{- if hasKey $doc "Error" -}}
+{{- fail (printf "autoscaler.catalog.inline is not a YAML mapping: %s. It must be an instance catalog file (apiVersion: kube-neuron.io/v1, kind: InstanceCatalog, instanceTypes: [...]; docs/catalog.md), e.g. --set-file autoscaler.catalog.inline=my-catalog.yaml." (get $doc "Error")) -}}
+{{- end -}}
+{{- if or (ne (toString (get $doc "apiVersion")) "kube-neuron.io/v1") (ne (toString (get $doc "kind")) "InstanceCatalog") -}}
+{{- fail (printf "autoscaler.catalog.inline has apiVersion %q and kind %q: an instance catalog file has apiVersion: kube-neuron.io/v1 and kind: InstanceCatalog (docs/catalog.md)." (toString (get $doc "apiVersion")) (toString (get $doc "kind"))) -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.autoscaler.enabled (eq .Values.autoscaler.provider "ec2") -}}
 {{- $e := .Values.autoscaler.ec2 -}}
 {{- $missing := list -}}

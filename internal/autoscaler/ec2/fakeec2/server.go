@@ -25,7 +25,8 @@
 // (CreateTags adds or overwrites, DeleteTags removes the keys given, only where a given value
 // matches, or every tag when no key is given; the fake tags instances only, and other resource
 // ids are InvalidID); private DNS names
-// (ip-10-0-x-y.<region>.compute.internal, ec2.internal in us-east-1) with the region taken from
+// (ip-10-0-x-y.<region>.compute.internal, ec2.internal in us-east-1, or, in a subnet with
+// resource-name hostnames, i-<id>.<region>.compute.internal) with the region taken from
 // the request's SigV4 credential scope; the DescribeInstances filters tag:<key>, tag-key,
 // instance-state-name, instance-id, instance-type, private-dns-name, client-token, subnet-id and
 // availability-zone with EC2's * and ? wildcards; MaxResults (5 to 1000) and NextToken; and the
@@ -117,6 +118,7 @@ type Server struct {
 	mu               sync.Mutex
 	subnets          map[string]string // subnet id -> availability zone
 	subnetOrder      []string
+	resourceNames    map[string]bool // subnets whose hostname type is resource-name
 	templates        []LaunchTemplate
 	noCapacity       map[string]bool
 	unsupported      map[[2]string]bool // {az, type}
@@ -143,6 +145,7 @@ func newServer() *Server {
 	return &Server{
 		now:              time.Now,
 		subnets:          map[string]string{},
+		resourceNames:    map[string]bool{},
 		noCapacity:       map[string]bool{},
 		unsupported:      map[[2]string]bool{},
 		denied:           map[string]bool{},
@@ -168,6 +171,16 @@ func (s *Server) AddSubnet(id, az string) {
 		s.subnetOrder = append(s.subnetOrder, id)
 	}
 	s.subnets[id] = az
+}
+
+// SetResourceNameHostnames gives the subnet the hostname type resource-name (EC2's
+// PrivateDnsNameOptionsOnLaunch.HostnameType): the instances launched into it from then on have
+// the private DNS name i-<id>.<region>.compute.internal (i-<id>.ec2.internal in us-east-1)
+// instead of ip-<address>.<region>.compute.internal.
+func (s *Server) SetResourceNameHostnames(subnet string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resourceNames[subnet] = true
 }
 
 // AddLaunchTemplate registers a launch template.
@@ -627,9 +640,14 @@ func (s *Server) runInstances(region string, form url.Values, reqID string, dryR
 		if region == "us-east-1" {
 			domain = "ec2.internal"
 		}
+		id := fmt.Sprintf("i-%017x", s.seq)
+		host := "ip-" + strings.ReplaceAll(ip, ".", "-")
+		if s.resourceNames[subnet] {
+			host = id
+		}
 		in := &instance{
 			Instance: Instance{
-				ID:               fmt.Sprintf("i-%017x", s.seq),
+				ID:               id,
 				ReservationID:    resID,
 				Type:             itype,
 				State:            StatePending,
@@ -637,7 +655,7 @@ func (s *Server) runInstances(region string, form url.Values, reqID string, dryR
 				SubnetID:         subnet,
 				AvailabilityZone: az,
 				PrivateIP:        ip,
-				PrivateDNSName:   "ip-" + strings.ReplaceAll(ip, ".", "-") + "." + domain,
+				PrivateDNSName:   host + "." + domain,
 				ClientToken:      token,
 				Tags:             nonNil(tags["instance"]),
 				VolumeTags:       nonNil(tags["volume"]),

@@ -560,3 +560,39 @@ func FuzzServeHTTP(f *testing.F) {
 		}
 	})
 }
+
+// TestResourceNameHostnames: a subnet with resource-name hostnames names its instances'
+// private DNS after the instance id; other subnets keep the IP-based name, and DescribeInstances'
+// private-dns-name filter finds each by the name RunInstances returned.
+func TestResourceNameHostnames(t *testing.T) {
+	s := start(t)
+	s.SetResourceNameHostnames("subnet-b")
+	ctx := context.Background()
+	for _, tc := range []struct{ region, subnet, want string }{
+		{"us-west-2", "subnet-a", `^ip-10-0-\d+-\d+\.us-west-2\.compute\.internal$`},
+		{"us-west-2", "subnet-b", `^i-[0-9a-f]{17}\.us-west-2\.compute\.internal$`},
+		{"us-east-1", "subnet-a", `^ip-10-0-\d+-\d+\.ec2\.internal$`},
+		{"us-east-1", "subnet-b", `^i-[0-9a-f]{17}\.ec2\.internal$`},
+	} {
+		c := client(s, tc.region)
+		out, err := c.RunInstances(ctx, run("trn1.2xlarge", tc.subnet, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := out.Instances[0]
+		dns := aws.ToString(in.PrivateDnsName)
+		if !regexp.MustCompile(tc.want).MatchString(dns) {
+			t.Errorf("%s %s: private DNS name %q, want %s", tc.region, tc.subnet, dns, tc.want)
+		}
+		if tc.subnet == "subnet-b" && !strings.HasPrefix(dns, aws.ToString(in.InstanceId)+".") {
+			t.Errorf("%s: private DNS name %q does not start with the instance id %s", tc.subnet, dns, aws.ToString(in.InstanceId))
+		}
+		found, err := c.DescribeInstances(ctx, &awsec2.DescribeInstancesInput{Filters: []types.Filter{{Name: aws.String("private-dns-name"), Values: []string{dns}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(found.Reservations) != 1 || len(found.Reservations[0].Instances) != 1 || aws.ToString(found.Reservations[0].Instances[0].InstanceId) != aws.ToString(in.InstanceId) {
+			t.Errorf("private-dns-name=%s found %+v, want %s only", dns, found.Reservations, aws.ToString(in.InstanceId))
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package ec2_test
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/ec2"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// TestNodeNameSources: Instance.Name, the name the controller nominates pods to and finds the
+// Node by, is the name the node registers under. By default that is the private DNS name, IP
+// based or, in a subnet with resource-name hostnames, instance-id based; with the instance-id
+// source, the instance id. Launch again (a restart), Instances, Delete and SetPlannedPods all
+// know the instance by that name.
+func TestNodeNameSources(t *testing.T) {
+	for _, tc := range []struct {
+		name, source  string
+		resourceNames bool
+		want          string // a pattern; %s is the instance id
+	}{
+		{"private DNS name, IP based", "", false, `^ip-10-0-\d+-\d+\.us-west-2\.compute\.internal$`},
+		{"private DNS name, given explicitly", ec2.NodeNamePrivateDNSName, false, `^ip-10-0-\d+-\d+\.us-west-2\.compute\.internal$`},
+		{"private DNS name, resource-name hostnames", "", true, `^%s\.us-west-2\.compute\.internal$`},
+		{"instance id", ec2.NodeNameInstanceID, false, `^%s$`},
+		{"instance id, resource-name hostnames", ec2.NodeNameInstanceID, true, `^%s$`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t, func(o *ec2.Options) { o.NodeNameSource = tc.source })
+			if tc.resourceNames {
+				e.fake.SetResourceNameHostnames("subnet-a")
+			}
+			r := request(trn1, "team-a/train-0").obj()
+			got := e.launch(t, r)
+			fi := e.fakeInstance(t, got.ProviderID)
+			want := strings.ReplaceAll(tc.want, "%s", regexp.QuoteMeta(fi.ID))
+			if !regexp.MustCompile(want).MatchString(got.Name) {
+				t.Fatalf("Name = %q, want %s (private DNS name %s)", got.Name, want, fi.PrivateDNSName)
+			}
+			if got.Annotations[autoscaler.RequestNameAnnotation] != r.Name {
+				t.Errorf("annotations %v lack the request name %s", got.Annotations, r.Name)
+			}
+			if again := e.launch(t, r); again.Name != got.Name || again.ProviderID != got.ProviderID {
+				t.Errorf("Launch again returned %s (%s), want %s (%s)", again.Name, again.ProviderID, got.Name, got.ProviderID)
+			}
+			if ins := e.instances(t); len(ins) != 1 || ins[0].Name != got.Name {
+				t.Errorf("Instances = %+v, want one named %s", ins, got.Name)
+			}
+			if err := e.p.SetPlannedPods(e.ctx, got.Name, []string{"team-a/train-0", "team-a/train-1"}); err != nil {
+				t.Errorf("SetPlannedPods(%s): %v", got.Name, err)
+			}
+			if err := e.p.Delete(e.ctx, got.Name); err != nil {
+				t.Fatalf("Delete(%s): %v", got.Name, err)
+			}
+			if fi := e.fakeInstance(t, got.ProviderID); fi.State != "shutting-down" {
+				t.Errorf("after Delete(%s) the instance is %s, want shutting-down", got.Name, fi.State)
+			}
+		})
+	}
+}
+
+func TestNodeNameSourceValidation(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	_, err := ec2.New(ctx, ec2.Options{Region: region, Credentials: static, LaunchTemplate: ltID, Subnets: []string{"subnet-a"}, NodeNameSource: "hostname"})
+	if err == nil || !strings.Contains(err.Error(), `the node name source "hostname" is neither private-dns-name`) || !strings.Contains(err.Error(), "instance-id") {
+		t.Errorf("New with node name source hostname: %v", err)
+	}
+}
+
+// TestControllerNominatesToThePrivateDNSName runs the controller with this provider against the
+// fake EC2 in us-east-1: the pending pod is nominated to the node name the instance will
+// register under, ip-10-0-x-y.ec2.internal, not to the planned name (the instance's Name tag).
+func TestControllerNominatesToThePrivateDNSName(t *testing.T) {
+	e := setup(t, func(o *ec2.Options) { o.Region = "us-east-1" })
+	e.fake.AddSubnet("subnet-a", "us-east-1a")
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "neuron-device-plugin"}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "train", UID: "uid-train"},
+		Spec: corev1.PodSpec{
+			Tolerations: []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{topology.ResourceNeuron: resource.MustParse("1")},
+				Limits:   corev1.ResourceList{topology.ResourceNeuron: resource.MustParse("1")},
+			}}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable},
+		}},
+	}
+	client := fake.NewClientset(ds, pod)
+	// run runs a controller until stop is called.
+	run := func() (stop func()) {
+		c, err := autoscaler.NewController(autoscaler.ControllerOptions{Client: client, Provider: e.p, BatchWindow: 10 * time.Millisecond, ResyncInterval: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(e.ctx)
+		done := make(chan error)
+		go func() { done <- c.Run(ctx) }()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	}
+	stop := run()
+	var nominated string
+	for deadline := time.Now().Add(10 * time.Second); nominated == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		p, err := client.CoreV1().Pods("default").Get(e.ctx, "train", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nominated = p.Status.NominatedNodeName
+	}
+	stop()
+	all := e.fake.Instances()
+	if len(all) != 1 {
+		t.Fatalf("fake has %d instances, want 1 (nominated %q)", len(all), nominated)
+	}
+	if nominated != all[0].PrivateDNSName || !regexp.MustCompile(`^ip-10-0-\d+-\d+\.ec2\.internal$`).MatchString(nominated) {
+		t.Errorf("pod nominated to %q, want the instance's private DNS name %s (its Name tag is %s)", nominated, all[0].PrivateDNSName, all[0].Tags[ec2.NameTag])
+	}
+
+	// A restarted controller finds the pod planned onto the instance (its tags) under that
+	// name: it launches nothing, and the nomination stays.
+	stop = run()
+	time.Sleep(500 * time.Millisecond) // ten resync rounds
+	stop()
+	if n := len(e.fake.Instances()); n != 1 {
+		t.Errorf("after a restart the fake has %d instances, want 1", n)
+	}
+	p, err := client.CoreV1().Pods("default").Get(e.ctx, "train", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.NominatedNodeName != nominated {
+		t.Errorf("after a restart the pod is nominated to %q, want %s", p.Status.NominatedNodeName, nominated)
+	}
+}
