@@ -62,6 +62,7 @@ type settings struct {
 	extenderQPS int    // client QPS of both extenders (burst twice that)
 	out         string // file for the report, "" to print only
 	cpuProfile  string // CPU profile of the test process during the ours run
+	apiProfiles string // directory for CPU profiles of the kube-apiserver, one per run
 	keep        bool   // keep the lab directory
 	kinds       []string
 }
@@ -73,6 +74,7 @@ func loadSettings(b *testing.B) settings {
 		extenderQPS: benchutil.EnvInt(b, "BENCH_EXTENDER_QPS", 200), // neuron-scheduler-extender's own setting
 		out:         os.Getenv("BENCH_OUT"),
 		cpuProfile:  os.Getenv("BENCH_CPUPROFILE"),
+		apiProfiles: os.Getenv("BENCH_APISERVER_PROFILES"),
 		keep:        os.Getenv("BENCH_KEEP") != "",
 		kinds:       kinds(b),
 	}
@@ -306,9 +308,21 @@ func (e *env) run(ctx context.Context, kind string, iter int) (r result, err err
 			err = serr
 		}
 	}()
+	var profiled chan error
+	if e.s.apiProfiles != "" {
+		profiled = make(chan error, 1)
+		go func() {
+			profiled <- e.apiserverProfile(runCtx, filepath.Join(e.s.apiProfiles, "apiserver-"+kind+".prof"))
+		}()
+	}
 	first, last, err := w.wait(ctx, e.cp.LogPath(name))
 	if err != nil {
 		return r, err
+	}
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			return r, err
+		}
 	}
 	cpu1 := cpuSeconds(e.cp)
 	if e.s.cpuProfile != "" && isOurs(kind) {
@@ -355,6 +369,21 @@ func (e *env) run(ctx context.Context, kind string, iter int) (r result, err err
 	}
 	cancel()
 	return r, deletePods(ctx, e.client, name)
+}
+
+// apiserverProfile writes a CPU profile of the kube-apiserver taken from its /debug/pprof
+// (profiling is on by default) over the first seconds of the drain.
+func (e *env) apiserverProfile(ctx context.Context, path string) error {
+	seconds := max(1, e.s.pods/250) // shorter than the drain at any throughput here
+	raw, err := e.client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", strconv.Itoa(seconds)).Timeout(time.Duration(seconds+30) * time.Second).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("profiling the kube-apiserver: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, raw, 0o644)
 }
 
 func isOurs(kind string) bool { return kind == kindOurs || kind == kindOursNoPrio }
