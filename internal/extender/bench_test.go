@@ -82,8 +82,8 @@ func BenchmarkPrioritize(b *testing.B) {
 			objs, names, _ := benchFleet(n)
 			e, _, ctx := startQuietExtender(b, true, objs...)
 			pod := testPod("p").neuron(4).obj()
-			if scores := e.Prioritize(ctx, pod, names); scores[names[0]] <= scores[names[2]] {
-				b.Fatalf("the partly used %s scores %d, the empty %s %d", names[0], scores[names[0]], names[2], scores[names[2]])
+			if scores := e.Prioritize(ctx, pod, names); scores[0] <= scores[2] {
+				b.Fatalf("the partly used %s scores %d, the empty %s %d", names[0], scores[0], names[2], scores[2])
 			}
 			b.ReportAllocs()
 			for b.Loop() {

@@ -266,16 +266,17 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 	reqs := allocation.PodRequests(pod)
 	key := placementKey(pod, reqs)
 	var unsupported string
-	memo := make(map[string]memoScore, len(names))
-	defer func() { e.memo.put(pod.UID, memo, e.o.Now()) }()
 	if len(reqs) == 0 {
 		return slices.Clone(names), failed, unresolvable
 	}
+	passed = make([]string, 0, len(names))
+	var gens []uint64
+	var scores []int64
 	for i, r := range e.placeAll(ctx, names, pod.UID, reqs, key) {
 		name := names[i]
 		if r.err == nil {
-			memo[name] = memoScore{gen: r.gen, score: r.score}
 			passed = append(passed, name)
+			gens, scores = append(gens, r.gen), append(scores, r.score)
 			continue
 		}
 		switch {
@@ -288,6 +289,7 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 			failed[name] = r.err.Error()
 		}
 	}
+	e.memo.put(pod.UID, memoEntry{nodes: passed, gens: gens, scores: scores}, e.o.Now())
 	logger.V(5).Info("Filter", "nodes", len(names), "passed", len(passed), "failed", len(failed), "unresolvable", len(unresolvable))
 	if len(passed) == 0 && unsupported != "" {
 		e.metrics.refusals.WithLabelValues("unsupported").Inc()
@@ -318,33 +320,35 @@ func (e *Extender) warn(pod *corev1.Pod, reason, msg string) {
 	}
 }
 
-// Prioritize scores the nodes: the tightest fit highest, so that large blocks and whole nodes
-// stay free.
-func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []string) map[string]int64 {
+// Prioritize scores the nodes, in the order of names: the tightest fit highest, so that large
+// blocks and whole nodes stay free. A node the pod does not fit scores 0.
+func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []string) []int64 {
+	out := make([]int64, len(names))
 	reqs := allocation.PodRequests(pod)
+	if len(reqs) == 0 {
+		return out
+	}
 	key := placementKey(pod, reqs)
-	out := make(map[string]int64, len(names))
 	memo := e.memo.take(pod.UID)
-	for _, name := range names {
-		if len(reqs) == 0 {
-			out[name] = 0
+	var miss []string
+	var missAt []int
+	c := e.usageCache
+	c.mu.Lock()
+	for i, name := range names {
+		// The scheduler sends the nodes filter passed, in filter's order: the memo's next node
+		// is this one, unless the scheduler dropped or reordered some.
+		j, ok := memo.find(name)
+		if ok && memo.gens[j] == c.gen[name] {
+			out[i] = memo.scores[j] // filter placed the pod on this node, and nothing changed since
 			continue
 		}
-		if m, ok := memo[name]; ok && m.gen == e.usageCache.generation(name) {
-			out[name] = m.score // filter placed the pod on this node, and nothing changed since
-			continue
+		miss, missAt = append(miss, name), append(missAt, i)
+	}
+	c.mu.Unlock()
+	for k, r := range e.placeAll(ctx, miss, pod.UID, reqs, key) {
+		if r.err == nil {
+			out[missAt[k]] = r.score
 		}
-		shape, err := e.nodeShape(name)
-		if err != nil {
-			out[name] = 0
-			continue
-		}
-		_, score, err := e.place(ctx, shape, name, pod.UID, reqs, key)
-		if err != nil {
-			out[name] = 0
-			continue
-		}
-		out[name] = score
 	}
 	return out
 }

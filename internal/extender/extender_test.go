@@ -180,14 +180,16 @@ func TestFilterExactUnsupportedMessage(t *testing.T) {
 
 func TestPrioritize(t *testing.T) {
 	e, _, ctx := startExtender(t, cluster()...)
-	scores := e.Prioritize(ctx, testPod("p").neuron(4).obj(), allNodes)
-	if len(scores) != len(allNodes) {
-		t.Fatalf("scores for %d nodes, want %d: %v", len(scores), len(allNodes), scores)
+	list := e.Prioritize(ctx, testPod("p").neuron(4).obj(), allNodes)
+	if len(list) != len(allNodes) {
+		t.Fatalf("scores for %d nodes, want %d: %v", len(list), len(allNodes), list)
 	}
-	for n, s := range scores {
+	scores := map[string]int64{}
+	for i, s := range list {
 		if s < 0 || s > 10 {
-			t.Errorf("%s: score %d out of 0-10", n, s)
+			t.Errorf("%s: score %d out of 0-10", allNodes[i], s)
 		}
+		scores[allNodes[i]] = s
 	}
 	if scores["trn-partly"] <= scores["trn-empty"] {
 		t.Errorf("partly used node scores %d, empty node %d: want the partly used one first", scores["trn-partly"], scores["trn-empty"])
@@ -198,10 +200,43 @@ func TestPrioritize(t *testing.T) {
 		}
 	}
 	none := e.Prioritize(ctx, testPod("p").container("main", "", 0).obj(), allNodes)
-	for n, s := range none {
+	for i, s := range none {
 		if s != 0 {
-			t.Errorf("a pod without Neuron requests: %s scores %d, want 0", n, s)
+			t.Errorf("a pod without Neuron requests: %s scores %d, want 0", allNodes[i], s)
 		}
+	}
+}
+
+// TestPrioritizeUsesFiltersScores: prioritize answers from what filter computed for the pod,
+// also when the scheduler sends the nodes in another order or fewer of them, and places again
+// a node whose usage changed since.
+func TestPrioritizeUsesFiltersScores(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	p := testPod("p").neuron(4).obj()
+	names := []string{"trn-empty", "trn-partly", "inf-empty"}
+	fresh := e.Prioritize(ctx, p, names) // no memo: placed now
+	if passed, _, _ := e.Filter(ctx, p, names); len(passed) != 3 {
+		t.Fatalf("filter passed %v", passed)
+	}
+	if fresh[1] == fresh[0] {
+		t.Fatalf("scores %v: the test needs the partly used node to score apart from the empty one", fresh)
+	}
+	reordered := []string{"inf-empty", "trn-partly", "trn-empty"}
+	got := e.Prioritize(ctx, p, reordered)
+	if want := []int64{fresh[2], fresh[1], fresh[0]}; !slices.Equal(got, want) {
+		t.Errorf("reordered: scores %v, want %v", got, want)
+	}
+	// trn-empty fills up after filter: prioritize must not use filter's score for it.
+	if passed, _, _ := e.Filter(ctx, p, names); len(passed) != 3 {
+		t.Fatalf("filter passed %v", passed)
+	}
+	createPod(t, ctx, client, testPod("all").neuron(16).record("trn-empty", seqInts(0, 16)...).obj())
+	waitFor(t, 5*time.Second, "the informer to show pod all", func() bool {
+		_, ok, _ := e.pods.GetStore().GetByKey("default/all")
+		return ok
+	})
+	if got := e.Prioritize(ctx, p, names); got[0] != 0 || got[1] != fresh[1] {
+		t.Errorf("after trn-empty filled up: scores %v, want 0 for it and %d for trn-partly", got, fresh[1])
 	}
 }
 

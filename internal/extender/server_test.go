@@ -372,12 +372,12 @@ func FuzzBindBody(f *testing.F) {
 func TestRelativeScoresKeepTheRanking(t *testing.T) {
 	for _, tc := range []struct {
 		names  []string
-		scores map[string]int64
+		scores []int64
 	}{
-		{[]string{"a", "b", "c"}, map[string]int64{"a": 8, "b": 9, "c": 8}},
-		{[]string{"a", "b"}, map[string]int64{"a": 3, "b": 3}},
-		{[]string{"a", "b", "c", "d"}, map[string]int64{"a": 10, "b": 0, "c": 4}}, // d: no score
-		{[]string{"a"}, map[string]int64{"a": 7}},
+		{[]string{"a", "b", "c"}, []int64{8, 9, 8}},
+		{[]string{"a", "b"}, []int64{3, 3}},
+		{[]string{"a", "b", "c", "d"}, []int64{10, 0, 4, 0}},
+		{[]string{"a"}, []int64{7}},
 		{nil, nil},
 	} {
 		list := relativeScores(tc.names, tc.scores)
@@ -390,10 +390,10 @@ func TestRelativeScoresKeepTheRanking(t *testing.T) {
 		}
 		// What the scheduler adds (0 for a node left out) differs between any two nodes exactly
 		// as their scores do.
-		for _, a := range tc.names {
-			for _, b := range tc.names {
-				if got[a]-got[b] != tc.scores[a]-tc.scores[b] {
-					t.Errorf("%v -> %v: %s-%s is %d, want %d", tc.scores, list, a, b, got[a]-got[b], tc.scores[a]-tc.scores[b])
+		for i, a := range tc.names {
+			for j, b := range tc.names {
+				if got[a]-got[b] != tc.scores[i]-tc.scores[j] {
+					t.Errorf("%v -> %v: %s-%s is %d, want %d", tc.scores, list, a, b, got[a]-got[b], tc.scores[i]-tc.scores[j])
 				}
 			}
 		}

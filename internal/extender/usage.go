@@ -244,56 +244,68 @@ func (c *usageCache) settling(node string, overlap bool, now time.Time) bool {
 	return now.Sub(since) < overlapSettle
 }
 
-// generation returns the node's usage generation (bumped by every informer event that touches a
-// record naming the node, and by this replica's binds).
-func (c *usageCache) generation(node string) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.gen[node]
-}
-
 // scoreMemo keeps the scores filter computed for a pod, so that prioritize, which the scheduler
 // calls right after filter for the same pod and nodes, does not place the pod again. A score is
 // used only while the node's usage generation is the one it was computed at.
 type scoreMemo struct {
 	mu   sync.Mutex
-	pods map[types.UID]memoEntry
+	pods map[types.UID]*memoEntry
 }
 
 type memoEntry struct {
-	at     time.Time
-	scores map[string]memoScore
+	at time.Time
+	// nodes are the nodes filter passed, in its order, with their usage generations and scores.
+	nodes  []string
+	gens   []uint64
+	scores []int64
+	next   int            // where find looks first
+	index  map[string]int // built on the first lookup out of order
 }
 
-type memoScore struct {
-	gen   uint64
-	score int64
+// find returns the index of node in the memo.
+func (m *memoEntry) find(node string) (int, bool) {
+	if m == nil {
+		return 0, false
+	}
+	if m.next < len(m.nodes) && m.nodes[m.next] == node {
+		m.next++
+		return m.next - 1, true
+	}
+	if m.index == nil {
+		m.index = make(map[string]int, len(m.nodes))
+		for i, n := range m.nodes {
+			m.index[n] = i
+		}
+	}
+	i, ok := m.index[node]
+	if ok {
+		m.next = i + 1
+	}
+	return i, ok
 }
 
-func (m *scoreMemo) put(uid types.UID, scores map[string]memoScore, now time.Time) {
+func (m *scoreMemo) put(uid types.UID, entry memoEntry, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.pods == nil {
-		m.pods = map[types.UID]memoEntry{}
+		m.pods = map[types.UID]*memoEntry{}
 	}
 	for k, v := range m.pods {
 		if now.Sub(v.at) > 30*time.Second {
 			delete(m.pods, k)
 		}
 	}
-	m.pods[uid] = memoEntry{at: now, scores: scores}
+	entry.at = now
+	m.pods[uid] = &entry
 }
 
-// take returns and forgets the pod's memo.
-func (m *scoreMemo) take(uid types.UID) map[string]memoScore {
+// take returns and forgets the pod's memo (nil when there is none).
+func (m *scoreMemo) take(uid types.UID) *memoEntry {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, ok := m.pods[uid]
-	if !ok {
-		return nil
-	}
+	e := m.pods[uid]
 	delete(m.pods, uid)
-	return e.scores
+	return e
 }
 
 // placementCache keeps, per node, whether and how well each request shape fits at the node's
