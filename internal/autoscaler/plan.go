@@ -240,6 +240,22 @@ type planner struct {
 	launching []NodeOption
 	absorbed  map[string]int          // pod id -> launching node index, for pods already planned there
 	byPrice   []topology.InstanceType // the catalog, cheapest first, unknown prices last
+	why       map[int]string          // per pod: noCandidate's reason, once worked out
+
+	// What lets the search skip the topology engine (plan_cache.go). A type is known by its index
+	// in byPrice.
+	typeIndex map[string]int
+	famOK     []bool           // per type: in the allowed families
+	cores     []int            // per type: cores of a node (0 when the type has no valid shape)
+	mode      []string         // per pod: PodDemand.Mode
+	allow     []typeSet        // per pod: the types PodDemand.Allows
+	req       []int            // per pod: its request shape, an index into reqs
+	reqs      []PodDemand      // per request shape: a pod with it
+	need      [][]int          // per request shape, per type: cores it takes on a node of the type
+	fits      map[fitKey]fit   // placements by node state and request shape
+	empty     []string         // per type: the state of an empty node
+	gen       uint64           // the last node state number handed out
+	failed    map[pairKey]bool // merges and downsizes that found nothing, by node states
 }
 
 func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *planner {
@@ -252,7 +268,7 @@ func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *plan
 	p := &planner{
 		sim: newSim(opts.Catalog, opts.Policy), opts: opts, pending: pending, launching: launching,
 		cands: make([][]topology.InstanceType, len(pending)), outside: make([][]topology.InstanceType, len(pending)),
-		value: make([]float64, len(pending)), absorbed: map[string]int{},
+		value: make([]float64, len(pending)), absorbed: map[string]int{}, why: map[int]string{},
 	}
 	for i, n := range launching {
 		for _, d := range n.Pods {
@@ -262,12 +278,13 @@ func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *plan
 	types := opts.Catalog.Types()
 	sortByPrice(types)
 	p.byPrice = types
-	for i, d := range pending {
-		for _, t := range types {
-			if !d.Allows(t) || !p.sim.serves(t, d) {
+	p.index(pending)
+	for i := range pending {
+		for ti, t := range types {
+			if !p.allow[i].has(ti) || !p.serves(ti, p.req[i]) {
 				continue
 			}
-			if !p.familyAllowed(t) {
+			if !p.famOK[ti] {
 				p.outside[i] = append(p.outside[i], t)
 				continue
 			}
@@ -338,9 +355,17 @@ type node struct {
 	name      string
 	launching bool
 	t         topology.InstanceType
+	ti        int // t's index in planner.byPrice
 	mode      string
 	u         *topology.Usage
 	pods      []placed // pods of this plan, in placement order
+
+	// The node's state for the caches (plan_cache.go), kept by planner.refresh and planner.add.
+	gen   uint64  // state number, new whenever u changes; unique within the planner
+	state string  // u as a key of planner.fits
+	free  int     // free cores
+	allow typeSet // the allowed-family types every pod on the node allows
+	need  []int   // per type: the cores its pods take on a node of that type
 }
 
 type placed struct {
@@ -359,6 +384,12 @@ type run struct {
 	devCap   int      // new devices the limits allow; -1 no limit
 	launchN  int      // launching nodes (counted against the limits)
 	launchD  int      // their devices
+	newN     int      // new nodes in nodes
+	newD     int      // their devices
+	// next finds the free pods in order without walking the placed ones: next[k] is k when the
+	// pod at position k of the order is free, else a position at or before the next free one
+	// (len(order) when none).
+	next []int
 }
 
 // run builds a plan: pack packs several pods per new node and improves the result; without it
@@ -372,15 +403,16 @@ func (p *planner) run(pack bool) *run {
 			continue // counts against the limits; cannot take pods
 		}
 		r.launchD += t.Devices
-		sh := p.sim.shape(t)
-		if sh == nil {
+		ti, ok := p.typeIndex[t.Name]
+		if !ok || p.sim.shape(t) == nil {
 			continue
 		}
 		mode := lo.Mode
 		if mode == "" {
 			mode = labels.AllocationModeDevicePlugin
 		}
-		n := &node{name: lo.Name, launching: true, t: t, mode: mode, u: topology.NewUsage(sh)}
+		n := p.newNode(ti, mode)
+		n.name, n.launching = lo.Name, true
 		for _, d := range lo.Bound {
 			p.sim.place(n.u, d) // real: placed first (one that does not fit cannot be on it)
 		}
@@ -391,7 +423,8 @@ func (p *planner) run(pack bool) *run {
 				delete(p.absorbed, d.id()) // its room was taken: plan it again
 			}
 		}
-		r.nodes = append(r.nodes, n)
+		p.refresh(n)
+		r.adopt(n)
 	}
 	r.nodesCap, r.devCap = -1, -1
 	if p.opts.MaxNodes > 0 {
@@ -401,8 +434,14 @@ func (p *planner) run(pack bool) *run {
 		r.devCap = max(0, p.opts.MaxDevices-p.opts.Existing.Devices-r.launchD)
 	}
 	// Pods already planned onto a launching node stay there.
+	r.next = make([]int, len(p.pending)+1)
+	for k := range r.next {
+		r.next[k] = k
+	}
 	for i, d := range p.pending {
-		_, r.prior[i] = p.absorbed[d.id()]
+		if _, r.prior[i] = p.absorbed[d.id()]; r.prior[i] {
+			r.taken(i)
+		}
 	}
 	// Launching nodes first: they cost nothing more.
 	for _, i := range p.order {
@@ -434,61 +473,105 @@ func (p *planner) run(pack bool) *run {
 // free reports whether pod i has no node yet.
 func (r *run) free(i int) bool { return r.at[i] == nil && !r.prior[i] }
 
+// taken records that pod i is no longer free: the walk over free pods skips it from now on.
+func (r *run) taken(i int) {
+	k := r.p.rank[i]
+	r.next[k] = k + 1
+}
+
+// nextFree returns the position in the order of the first free pod at or after position k,
+// len(order) when there is none.
+func (r *run) nextFree(k int) int {
+	root := k
+	for r.next[root] != root {
+		root = r.next[root]
+	}
+	for k != root { // point the walked positions at the free one, so the next walk is short
+		next := r.next[k]
+		r.next[k] = root
+		k = next
+	}
+	return root
+}
+
+// assign records pod i as placed on n.
+func (r *run) assign(i int, n *node) {
+	r.at[i] = n
+	r.blocked[i] = ""
+	r.taken(i)
+}
+
 // put records the pods of n as placed there.
 func (r *run) put(n *node) {
 	for _, pl := range n.pods {
-		r.at[pl.pod] = n
-		r.blocked[pl.pod] = ""
+		r.assign(pl.pod, n)
 	}
+}
+
+// adopt adds n to the run's nodes.
+func (r *run) adopt(n *node) {
+	r.nodes = append(r.nodes, n)
+	if !n.launching {
+		r.newN++
+		r.newD += n.t.Devices
+	}
+}
+
+// replace puts m in the place of the new node at k.
+func (r *run) replace(k int, m *node) {
+	r.newD += m.t.Devices - r.nodes[k].t.Devices
+	r.nodes[k] = m
+	r.put(m)
+}
+
+// remove deletes the new node at k.
+func (r *run) remove(k int) {
+	r.newN--
+	r.newD -= r.nodes[k].t.Devices
+	r.nodes = slices.Delete(r.nodes, k, k+1)
 }
 
 // compatible reports whether pod i may go on node n.
 func (r *run) compatible(i int, n *node) bool {
-	d := r.p.pending[i]
-	if n.mode != d.Mode() || !d.Allows(n.t) {
-		return false
-	}
-	return n.launching || r.p.familyAllowed(n.t)
+	p := r.p
+	return n.mode == p.mode[i] && p.allow[i].has(n.ti) && (n.launching || p.famOK[n.ti])
 }
 
 // placeExisting puts pod i on the node of the run (launching ones only, or every one) where it
 // fits tightest.
 func (r *run) placeExisting(i int, launchingOnly bool) bool {
-	best, bestScore := -1, math.Inf(-1)
-	for k, n := range r.nodes {
+	p := r.p
+	q := p.req[i]
+	var best *node
+	bestScore := math.Inf(-1)
+	for _, n := range r.nodes {
 		if (launchingOnly && !n.launching) || !r.compatible(i, n) {
 			continue
 		}
-		c := n.u.Clone()
-		if _, score, ok := r.p.sim.place(c, r.p.pending[i]); ok && score > bestScore {
-			best, bestScore = k, score
+		if f := p.fitOn(n, q); f.ok && f.score > bestScore {
+			best, bestScore = n, f.score
 		}
 	}
-	if best < 0 {
+	if best == nil {
 		return false
 	}
-	n := r.nodes[best]
-	hw, _, _ := r.p.sim.place(n.u, r.p.pending[i])
-	n.pods = append(n.pods, placed{pod: i, hw: hw})
-	r.at[i] = n
+	p.add(best, i)
+	r.assign(i, best)
 	return true
-}
-
-func (r *run) newNodes() (count, devices int) {
-	for _, n := range r.nodes {
-		if !n.launching {
-			count++
-			devices += n.t.Devices
-		}
-	}
-	return count, devices
 }
 
 // withinLimits reports whether the run's new nodes may change by dNodes nodes and dDevices
 // devices.
 func (r *run) withinLimits(dNodes, dDevices int) bool {
-	n, d := r.newNodes()
-	return (r.nodesCap < 0 || n+dNodes <= r.nodesCap) && (r.devCap < 0 || d+dDevices <= r.devCap)
+	return (r.nodesCap < 0 || r.newN+dNodes <= r.nodesCap) && (r.devCap < 0 || r.newD+dDevices <= r.devCap)
+}
+
+// limitState is what the limits' verdicts depend on: nothing without limits.
+func (r *run) limitState() [2]int {
+	if r.nodesCap < 0 && r.devCap < 0 {
+		return [2]int{}
+	}
+	return [2]int{r.newN, r.newD}
 }
 
 // open launches a new node for pod i: the type with the lowest price per value of the pods it
@@ -498,7 +581,7 @@ func (r *run) open(i int, pack bool) {
 	p := r.p
 	cands := p.cands[i]
 	if len(cands) == 0 {
-		r.blocked[i] = r.noCandidate(i)
+		r.blocked[i] = p.noCandidate(i)
 		return
 	}
 	var within []topology.InstanceType
@@ -553,34 +636,39 @@ func (r *run) open(i int, pack bool) {
 		}
 	}
 	if best == nil {
-		r.blocked[i] = r.noCandidate(i)
+		r.blocked[i] = p.noCandidate(i)
 		return
 	}
-	r.nodes = append(r.nodes, best)
+	r.adopt(best)
 	r.put(best)
 }
 
 // fill simulates a new node of type t with pod i and, with pack, the later unplaced pods that fit.
 func (r *run) fill(t topology.InstanceType, i int, pack bool) *node {
-	sh := r.p.sim.shape(t)
-	if sh == nil {
+	p := r.p
+	ti, ok := p.typeIndex[t.Name]
+	if !ok || p.sim.shape(t) == nil {
 		return nil
 	}
-	n := &node{t: t, mode: r.p.pending[i].Mode(), u: topology.NewUsage(sh)}
-	hw, _, ok := r.p.sim.place(n.u, r.p.pending[i])
-	if !ok {
+	n := p.newNode(ti, p.mode[i])
+	if !p.fitOn(n, p.req[i]).ok {
 		return nil
 	}
-	n.pods = append(n.pods, placed{pod: i, hw: hw})
+	p.add(n, i)
 	if !pack {
 		return n
 	}
-	for _, j := range r.p.order {
-		if j == i || !r.free(j) || !r.compatible(j, n) || n.u.FreeCoreCount() == 0 {
+	// Every free pod, in order, is tried once on the node as it is then. The node's state changes
+	// only when one is put on it, so the placement cache answers all but the first pod of each
+	// request shape between two puts.
+	order := p.order
+	for k := r.nextFree(0); k < len(order) && n.free > 0; k = r.nextFree(k + 1) {
+		j := order[k]
+		if j == i || !r.compatible(j, n) {
 			continue
 		}
-		if hw, _, ok := r.p.sim.place(n.u, r.p.pending[j]); ok {
-			n.pods = append(n.pods, placed{pod: j, hw: hw})
+		if p.fitOn(n, p.req[j]).ok {
+			p.add(n, j)
 		}
 	}
 	return n
@@ -588,22 +676,22 @@ func (r *run) fill(t topology.InstanceType, i int, pack bool) *node {
 
 // simulate places pods on a fresh node of type t, largest first; nil when they do not all fit.
 func (r *run) simulate(t topology.InstanceType, mode string, pods []int) *node {
-	sh := r.p.sim.shape(t)
-	if sh == nil {
+	p := r.p
+	ti, ok := p.typeIndex[t.Name]
+	if !ok || p.sim.shape(t) == nil {
 		return nil
 	}
 	pods = slices.Clone(pods)
-	r.p.sortPods(pods)
-	n := &node{t: t, mode: mode, u: topology.NewUsage(sh)}
+	p.sortPods(pods)
+	n := p.newNode(ti, mode)
 	for _, i := range pods {
 		if !r.compatible(i, n) {
 			return nil
 		}
-		hw, _, ok := r.p.sim.place(n.u, r.p.pending[i])
-		if !ok {
+		if !p.fitOn(n, p.req[i]).ok {
 			return nil
 		}
-		n.pods = append(n.pods, placed{pod: i, hw: hw})
+		p.add(n, i)
 	}
 	return n
 }
@@ -623,60 +711,115 @@ func podsOf(n *node) []int {
 
 // evacuate removes one new node whose pods all fit on the other nodes.
 func (r *run) evacuate() bool {
+	p := r.p
+	shelves := r.shelves()
+	moved := map[int]*node{}
 	for k, n := range r.nodes {
 		if n.launching {
 			continue
 		}
-		usages := make([]*topology.Usage, len(r.nodes))
-		for j, o := range r.nodes {
-			usages[j] = o.u.Clone()
-		}
-		moves := map[int]placed{}
-		target := map[int]int{}
+		// The pods go, one after the other, where they fit tightest (the first node in order
+		// among the tightest), tried on copies of the nodes they go on (moved) until all have
+		// found room: the run changes only if the node empties.
+		clear(moved)
+		target := make([]int, len(n.pods))
 		ok := true
-		for _, i := range podsOf(n) {
+		for x, pl := range n.pods {
+			i := pl.pod
+			q := p.req[i]
 			best, bestScore := -1, math.Inf(-1)
-			for j, o := range r.nodes {
-				if j == k || !r.compatible(i, o) {
+			for _, s := range shelves {
+				if s.mode != p.mode[i] || !p.allow[i].has(s.ti) || !(s.launching || p.famOK[s.ti]) {
 					continue
 				}
-				if _, score, fits := r.p.sim.place(usages[j].Clone(), r.p.pending[i]); fits && score > bestScore {
-					best, bestScore = j, score
+				need := p.need[q][s.ti]
+				for _, j := range s.nodes {
+					o := r.nodes[j]
+					if o.free < need {
+						break // and so do the nodes after it; copies only have less room
+					}
+					if j == k {
+						continue
+					}
+					if c, ok := moved[j]; ok {
+						o = c
+					}
+					if f := p.fitOn(o, q); f.ok && (f.score > bestScore || f.score == bestScore && j < best) {
+						best, bestScore = j, f.score
+					}
 				}
 			}
 			if best < 0 {
 				ok = false
 				break
 			}
-			hw, _, _ := r.p.sim.place(usages[best], r.p.pending[i])
-			moves[i] = placed{pod: i, hw: hw}
-			target[i] = best
+			c, copied := moved[best]
+			if !copied {
+				c = p.copyNode(r.nodes[best])
+				moved[best] = c
+			}
+			p.add(c, i)
+			target[x] = best
 		}
 		if !ok {
 			continue
 		}
-		for _, i := range podsOf(n) {
-			o := r.nodes[target[i]]
-			o.pods = append(o.pods, moves[i])
-			r.at[i] = o
+		for x, pl := range n.pods {
+			o := r.nodes[target[x]]
+			p.add(o, pl.pod) // as on its copy: the same placement on the same state
+			r.assign(pl.pod, o)
 		}
-		for j, o := range r.nodes {
-			o.u = usages[j]
-		}
-		r.nodes = slices.Delete(r.nodes, k, k+1)
+		r.remove(k)
 		return true
 	}
 	return false
 }
 
+// shelf is the run's nodes of one mode and type, launching or new, most free cores first (then in
+// the run's order): a pod is tried only on shelves it may go on, and on a shelf only until the
+// nodes have fewer free cores than it takes.
+type shelf struct {
+	mode      string
+	ti        int
+	launching bool
+	nodes     []int // indices into run.nodes
+}
+
+func (r *run) shelves() []*shelf {
+	type key struct {
+		mode      string
+		ti        int
+		launching bool
+	}
+	var out []*shelf
+	at := map[key]*shelf{}
+	for j, n := range r.nodes {
+		k := key{n.mode, n.ti, n.launching}
+		s, ok := at[k]
+		if !ok {
+			s = &shelf{mode: n.mode, ti: n.ti, launching: n.launching}
+			at[k] = s
+			out = append(out, s)
+		}
+		s.nodes = append(s.nodes, j)
+	}
+	for _, s := range out {
+		slices.SortStableFunc(s.nodes, func(a, b int) int { return r.nodes[b].free - r.nodes[a].free })
+	}
+	return out
+}
+
 // cheapest returns the cheapest priced type below the price bound (+Inf: any) that takes all the
-// pods on one new node, within the limits when it replaces nodes with the given devices.
-func (r *run) cheapest(pods []int, mode string, bound float64, replacedNodes, replacedDevices int) *node {
-	for _, t := range r.p.byPrice {
+// pods on one new node, within the limits when it replaces nodes with the given devices. allow
+// and need are what the pods allow and take together (node.allow, node.need): a type they rule
+// out is not simulated.
+func (r *run) cheapest(pods []int, allow typeSet, need []int, mode string, bound float64, replacedNodes, replacedDevices int) *node {
+	p := r.p
+	for ti, t := range p.byPrice {
 		if !t.PriceKnown() || *t.PriceUSDPerHour >= bound-1e-9 {
 			break
 		}
-		if !r.p.familyAllowed(t) || !r.withinLimits(1-replacedNodes, t.Devices-replacedDevices) {
+		if !p.famOK[ti] || !allow.has(ti) || need[ti] > p.cores[ti] || !r.withinLimits(1-replacedNodes, t.Devices-replacedDevices) {
 			continue
 		}
 		if n := r.simulate(t, mode, pods); n != nil {
@@ -686,28 +829,67 @@ func (r *run) cheapest(pods []int, mode string, bound float64, replacedNodes, re
 	return nil
 }
 
+// mayMerge reports whether a priced type below the bound may take the pods of a and b together:
+// one that every pod allows, with cores enough for them all. cheapest finds nothing otherwise.
+func (p *planner) mayMerge(a, b *node, bound float64) bool {
+	for ti, t := range p.byPrice {
+		if !t.PriceKnown() || *t.PriceUSDPerHour >= bound-1e-9 {
+			return false
+		}
+		if a.allow.has(ti) && b.allow.has(ti) && a.need[ti]+b.need[ti] <= p.cores[ti] {
+			return true
+		}
+	}
+	return false
+}
+
 // merge replaces two new nodes by one when a single node that takes both their pods is cheaper
 // (or, for unknown prices, when it is of their common type).
 func (r *run) merge() bool {
+	p := r.p
+	lim := r.limitState()
 	for a := range r.nodes {
 		for b := a + 1; b < len(r.nodes); b++ {
 			na, nb := r.nodes[a], r.nodes[b]
 			if na.launching || nb.launching || na.mode != nb.mode {
 				continue
 			}
+			priced := na.t.PriceKnown() && nb.t.PriceKnown()
+			if !priced && na.t.Name != nb.t.Name {
+				continue
+			}
+			bound := math.Inf(1)
+			if priced {
+				bound = *na.t.PriceUSDPerHour + *nb.t.PriceUSDPerHour
+				if !p.mayMerge(na, nb, bound) {
+					continue
+				}
+			}
+			// A merge that found nothing finds nothing again while both nodes (and, with
+			// limits, the run's new nodes) are as they were.
+			key := pairKey{na.gen, nb.gen, lim}
+			if p.failed[key] {
+				continue
+			}
 			pods := append(podsOf(na), podsOf(nb)...)
 			var m *node
-			if na.t.PriceKnown() && nb.t.PriceKnown() {
-				m = r.cheapest(pods, na.mode, *na.t.PriceUSDPerHour+*nb.t.PriceUSDPerHour, 2, na.t.Devices+nb.t.Devices)
-			} else if na.t.Name == nb.t.Name {
+			if priced {
+				allow := slices.Clone(na.allow)
+				allow.intersect(nb.allow)
+				need := slices.Clone(na.need)
+				for ti := range need {
+					need[ti] += nb.need[ti]
+				}
+				m = r.cheapest(pods, allow, need, na.mode, bound, 2, na.t.Devices+nb.t.Devices)
+			} else {
 				m = r.simulate(na.t, na.mode, pods)
 			}
 			if m == nil {
+				p.failed[key] = true
 				continue
 			}
-			r.nodes[a] = m
-			r.nodes = slices.Delete(r.nodes, b, b+1)
-			r.put(m)
+			r.remove(b)
+			r.replace(a, m)
 			return true
 		}
 	}
@@ -716,20 +898,26 @@ func (r *run) merge() bool {
 
 // downsize replaces a new node by a cheaper type that takes all its pods.
 func (r *run) downsize() bool {
+	p := r.p
+	lim := r.limitState()
 	for k, n := range r.nodes {
 		if n.launching {
+			continue
+		}
+		key := pairKey{n.gen, 0, lim}
+		if p.failed[key] {
 			continue
 		}
 		bound := math.Inf(1)
 		if n.t.PriceKnown() {
 			bound = *n.t.PriceUSDPerHour
 		}
-		m := r.cheapest(podsOf(n), n.mode, bound, 1, n.t.Devices)
+		m := r.cheapest(podsOf(n), n.allow, n.need, n.mode, bound, 1, n.t.Devices)
 		if m == nil {
+			p.failed[key] = true
 			continue
 		}
-		r.nodes[k] = m
-		r.put(m)
+		r.replace(k, m)
 		return true
 	}
 	return false
@@ -772,9 +960,20 @@ func (r *run) worse(o *run) int {
 	return 0
 }
 
-// noCandidate explains why no type may be launched for pod i, limits aside.
-func (r *run) noCandidate(i int) string {
-	p := r.p
+// noCandidate explains why no type may be launched for pod i, limits aside. Each pod's reason is
+// worked out once: it depends on the pod alone, and a batch may hold thousands of pods that no
+// type serves, each refused by both runs.
+func (p *planner) noCandidate(i int) string {
+	if why, ok := p.why[i]; ok {
+		return why
+	}
+	why := p.explain(i)
+	p.why[i] = why
+	return why
+}
+
+// explain works out noCandidate's reason.
+func (p *planner) explain(i int) string {
 	d := p.pending[i]
 	if !d.Neuron() {
 		return "the pod asks for no Neuron devices or cores"
@@ -799,7 +998,7 @@ func (r *run) noCandidate(i int) string {
 
 // limitMessage says which limit keeps a node for pod i from launching.
 func (r *run) limitMessage(i int) string {
-	n, d := r.newNodes()
+	n, d := r.newN, r.newD
 	o := r.p.opts
 	if r.nodesCap >= 0 && n+1 > r.nodesCap {
 		return fmt.Sprintf("the limit of %s is reached: %d in the cluster, %d launching, %d planned for other pending pods. "+
@@ -858,7 +1057,7 @@ func (p *planner) result(r *run) (ScaleUp, []Decision) {
 			dec.Reason = ReasonNotTriggerScaleUp
 			dec.Message = r.blocked[i]
 			if dec.Message == "" {
-				dec.Message = r.noCandidate(i)
+				dec.Message = r.p.noCandidate(i)
 			}
 		}
 		decisions[i] = dec

@@ -228,13 +228,18 @@ func TestPlanModesAndLabels(t *testing.T) {
 
 // checkPlan checks what every plan must satisfy: each pod has one decision, in order; a pod is
 // on at most one node; every node takes its pods (placed in plan order on a fresh node, with
-// the extender's rules, after the pods already planned on a launching node); pods are on nodes
-// they allow, of their mode, in the allowed families; limits hold; refusals say why.
+// the extender's rules and the plan's policy, after the pods bound to and already planned on a
+// launching node); pods are on nodes they allow, of their mode, in the allowed families; limits
+// hold; refusals say why.
 func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts Options, plan ScaleUp, decisions []Decision) {
 	t.Helper()
 	cat := opts.Catalog
 	if cat == nil {
 		cat = topology.DefaultCatalog()
+	}
+	policy := opts.Policy
+	if policy == "" {
+		policy = topology.BestFit
 	}
 	if len(decisions) != len(pending) {
 		t.Fatalf("%d decisions for %d pods", len(decisions), len(pending))
@@ -271,7 +276,11 @@ func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts O
 			if i < 0 {
 				t.Fatalf("node %s is not launching", n.Name)
 			}
-			s := newSim(cat, topology.BestFit)
+			s := newSim(cat, policy)
+			for _, d := range launching[i].Bound { // the pods the scheduler put there come first
+				s.place(u, d)
+				s.place(replay, d)
+			}
 			earlier := slices.Clone(launching[i].Pods) // the planner places them largest first
 			slices.SortStableFunc(earlier, func(a, b PodDemand) int { return cmp.Compare(weight(b), weight(a)) })
 			for _, d := range earlier {
@@ -308,7 +317,7 @@ func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts O
 				}
 			}
 			if len(d.Requests) > 0 { // the extender's own placement, pod after pod, finds room too
-				containers, _, err := allocation.Plan(replay, d.Requests, topology.BestFit)
+				containers, _, err := allocation.Plan(replay, d.Requests, policy)
 				if err != nil {
 					t.Errorf("node %d (%s): the extender would refuse pod %s: %v", k, n.InstanceType.Name, pl.Pod, err)
 					continue

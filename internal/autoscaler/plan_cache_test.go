@@ -1,0 +1,412 @@
+package autoscaler
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// randomBatch draws a planning round: up to maxPods random pending pods, up to two launching
+// nodes (with pending pods planned onto them, and pods the scheduler bound to them), and now and
+// then node and device limits, a family allow-list and the first-fit policy.
+func randomBatch(r *rand.Rand, maxPods int) ([]PodDemand, []NodeOption, Options) {
+	cat := topology.DefaultCatalog()
+	types := cat.Types()
+	var pending []PodDemand
+	for i := range r.IntN(maxPods + 1) {
+		pending = append(pending, randomDemand(r, fmt.Sprintf("p%d", i), types))
+	}
+	var launching []NodeOption
+	planned := r.Perm(len(pending)) // a pod is planned onto one launching node at most
+	for i := range r.IntN(3) {
+		lo := NodeOption{Name: fmt.Sprintf("l%d", i), InstanceType: types[r.IntN(len(types))].Name}
+		if r.IntN(4) == 0 {
+			lo.Mode = labels.AllocationModeDRA
+		}
+		for range r.IntN(3) {
+			if len(planned) > 0 {
+				lo.Pods = append(lo.Pods, pending[planned[0]])
+				planned = planned[1:]
+			}
+		}
+		if r.IntN(3) == 0 {
+			lo.Bound = append(lo.Bound, randomDemand(r, fmt.Sprintf("bound-l%d", i), types))
+		}
+		launching = append(launching, lo)
+	}
+	opts := Options{Catalog: cat}
+	if r.IntN(4) == 0 {
+		opts.MaxNodes = 1 + r.IntN(maxPods/2+2)
+	}
+	if r.IntN(4) == 0 {
+		opts.MaxDevices = r.IntN(4*maxPods + 8)
+		opts.Existing = Capacity{Nodes: r.IntN(2), Devices: r.IntN(8)}
+	}
+	if r.IntN(4) == 0 {
+		opts.Families = []string{"inf1", "trn1", "trn2", "inf2"}[:1+r.IntN(4)]
+	}
+	if r.IntN(5) == 0 {
+		opts.Policy = topology.FirstFit
+	}
+	return pending, launching, opts
+}
+
+// TestPlanMatchesReference: Plan, with its caches and pruning, returns exactly the plan and the
+// decisions of the planner without them (plan_reference_test.go), and the plan holds (checkPlan:
+// every pod fits on its node under the topology engine, limits hold). The batches make the
+// planner evacuate, merge and downsize nodes, so those paths are compared too.
+func TestPlanMatchesReference(t *testing.T) {
+	var improved refImproved
+	rounds, compared := 0, 0 // rounds drawn, rounds compared (-run may leave some out)
+	compare := func(t *testing.T, pending []PodDemand, launching []NodeOption, opts Options) {
+		t.Helper()
+		compared++
+		plan, decisions := Plan(pending, launching, opts)
+		checkPlan(t, pending, launching, opts, plan, decisions)
+		want, wantDecisions, imp := refPlan(pending, launching, opts)
+		improved.evacuated += imp.evacuated
+		improved.merged += imp.merged
+		improved.downsized += imp.downsized
+		if plan.CostUSDPerHour > want.CostUSDPerHour+1e-9 {
+			t.Errorf("plan costs $%v/h, the reference planner's $%v/h", plan.CostUSDPerHour, want.CostUSDPerHour)
+		}
+		if !reflect.DeepEqual(plan, want) {
+			t.Errorf("plan differs from the reference planner's:\n got  %v\n want %v", newNodes(plan), newNodes(want))
+		}
+		if !reflect.DeepEqual(decisions, wantDecisions) {
+			for k := range decisions {
+				if !reflect.DeepEqual(decisions[k], wantDecisions[k]) {
+					t.Errorf("decision for %s:\n got  %+v\n want %+v", decisions[k].Pod, decisions[k], wantDecisions[k])
+				}
+			}
+		}
+	}
+	run := func(name string, pending []PodDemand, launching []NodeOption, opts Options) {
+		rounds++
+		t.Run(name, func(t *testing.T) { compare(t, pending, launching, opts) })
+	}
+	for seed := range uint64(400) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		pending, launching, opts := randomBatch(r, 30)
+		run(fmt.Sprint(seed), pending, launching, opts)
+	}
+	// Rounds that make the planner merge and downsize: the improvable rounds, alone and with
+	// copies of their pods and random pods in random order.
+	types := topology.DefaultCatalog().Types()
+	for _, sc := range improvable(t) {
+		run(sc.name, sc.pending, nil, sc.opts)
+		for seed := range uint64(20) {
+			r := rand.New(rand.NewPCG(seed, 17))
+			var pending []PodDemand
+			for c := range 1 + r.IntN(4) {
+				for _, d := range sc.pending {
+					pod := d.Pod.DeepCopy()
+					pod.Name, pod.UID = fmt.Sprintf("%s-%d", pod.Name, c), ""
+					pending = append(pending, NewPodDemand(pod, d.DRA))
+				}
+			}
+			for i := range r.IntN(10) {
+				pending = append(pending, randomDemand(r, fmt.Sprintf("x%d", i), types))
+			}
+			r.Shuffle(len(pending), func(a, b int) { pending[a], pending[b] = pending[b], pending[a] })
+			run(fmt.Sprintf("%s, mixed %d", sc.name, seed), pending, nil, sc.opts)
+		}
+	}
+	// Larger rounds, as BenchmarkPlan draws them.
+	for seed := range uint64(3) {
+		r := rand.New(rand.NewPCG(seed, 2))
+		var pending []PodDemand
+		for i := range 250 {
+			pending = append(pending, randomDemand(r, fmt.Sprintf("p%d", i), types))
+		}
+		run(fmt.Sprintf("250 pods, seed %d", seed), pending, nil, Options{Catalog: topology.DefaultCatalog()})
+	}
+	// A comparison is only worth what it covers: each improvement must have happened.
+	if compared < rounds {
+		return // -run chose some rounds: they need not cover everything
+	}
+	t.Logf("the reference planner evacuated %d nodes, merged %d pairs and downsized %d nodes", improved.evacuated, improved.merged, improved.downsized)
+	if improved.evacuated == 0 || improved.merged == 0 || improved.downsized == 0 {
+		t.Errorf("the batches made the reference planner evacuate %d nodes, merge %d pairs and downsize %d nodes: "+
+			"draw batches that make it do all three, or the comparison does not cover them", improved.evacuated, improved.merged, improved.downsized)
+	}
+}
+
+// TestPlanDeterministic: the same round gives the same plan.
+func TestPlanDeterministic(t *testing.T) {
+	types := topology.DefaultCatalog().Types()
+	r := rand.New(rand.NewPCG(5, 6))
+	var pending []PodDemand
+	for i := range 300 {
+		pending = append(pending, randomDemand(r, fmt.Sprintf("p%d", i), types))
+	}
+	plan, decisions := Plan(pending, nil, Options{})
+	for range 2 {
+		again, againDecisions := Plan(pending, nil, Options{})
+		if !reflect.DeepEqual(plan, again) || !reflect.DeepEqual(decisions, againDecisions) {
+			t.Fatalf("two plans of the same pods differ:\n%v\n%v", newNodes(plan), newNodes(again))
+		}
+	}
+}
+
+// TestPlanCacheFollowsUsage: for a node of every type, as pods are put on it one after another,
+// the placement the cache gives every request shape is the one the topology engine finds on the
+// node as it is then, never one cached for an earlier state of the node.
+func TestPlanCacheFollowsUsage(t *testing.T) {
+	pending := []PodDemand{
+		testPod("dev1").devices(1).demand(),
+		testPod("dev2").devices(2).demand(),
+		testPod("dev4").devices(4).demand(),
+		testPod("core1").cores(1).demand(),
+		testPod("core3").cores(3).demand(),
+		testPod("two-containers").cores(2).devices(1).demand(),
+		testPod("dra2").demand(DRARequest{Count: 2}),
+		testPod("dra-all").demand(DRARequest{All: true}),
+	}
+	p := newPlanner(pending, nil, Options{})
+	if len(p.reqs) != len(pending) {
+		t.Fatalf("%d request shapes for %d pods of different shapes", len(p.reqs), len(pending))
+	}
+	for ti, typ := range p.byPrice {
+		if p.cores[ti] == 0 {
+			continue
+		}
+		n := p.newNode(ti, labels.AllocationModeDevicePlugin)
+		for step := 0; ; step++ {
+			var fitting []int
+			for q := range p.reqs {
+				got := p.fitOn(n, q)
+				hw, score, ok := p.sim.place(n.u.Clone(), p.reqs[q])
+				if got.ok != ok || ok && (got.score != score || !reflect.DeepEqual(got.hw, hw)) {
+					t.Fatalf("%s after %d pods: the cache places %s at %v (fits %v, score %v); the engine at %v (fits %v, score %v)",
+						typ.Name, step, pending[q].Pod.Name, got.hw, got.ok, got.score, hw, ok, score)
+				}
+				if ok {
+					fitting = append(fitting, q)
+				}
+			}
+			if len(fitting) == 0 {
+				break
+			}
+			// Request shape q is pod q's: put the shapes that fit in turn, so the node goes
+			// through many states, and check the pod got what the engine gave.
+			q := fitting[step%len(fitting)]
+			want, _, _ := p.sim.place(n.u.Clone(), p.reqs[q])
+			p.add(n, q)
+			if got := n.pods[len(n.pods)-1].hw; !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s: pod %s got %v, the engine gives %v", typ.Name, pending[q].Pod.Name, got, want)
+			}
+		}
+		if len(n.pods) == 0 {
+			t.Errorf("%s took none of the pods", typ.Name)
+		}
+	}
+}
+
+// TestPlanHardwareNotShared: two pods placed alike (the same request on nodes in the same state)
+// get their own copies of the cached allocation, so changing one plan's hardware changes no
+// other's.
+func TestPlanHardwareNotShared(t *testing.T) {
+	pending := []PodDemand{testPod("a").devices(1).demand(), testPod("b").devices(1).demand()}
+	plan, _ := Plan(pending, nil, Options{})
+	nodes := plan.New()
+	if len(nodes) != 2 || len(nodes[0].Pods) != 1 || len(nodes[1].Pods) != 1 {
+		t.Fatalf("want two nodes of one pod each, got %v", newNodes(plan))
+	}
+	a, b := nodes[0].Pods[0].Hardware, nodes[1].Pods[0].Hardware
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("the pods were placed differently (%v, %v): the test needs them alike", a, b)
+	}
+	a[0].Devices[0], a[0].Cores[0] = 99, 99
+	if b[0].Devices[0] == 99 || b[0].Cores[0] == 99 {
+		t.Errorf("the two pods share their allocation: %v", b)
+	}
+}
+
+// improvableRound is a round whose first packing the planner improves.
+type improvableRound struct {
+	name    string
+	pending []PodDemand
+	opts    Options
+	want    []planned
+	cost    float64
+}
+
+// improvable returns rounds in which the planner merges two nodes and downsizes one. With the
+// built-in prices neither happens often (a larger type never costs less per device), so their
+// catalogs change prices, as a catalog file may.
+func improvable(t *testing.T) []improvableRound {
+	t.Helper()
+	catalog := func(prices string) *topology.Catalog { return priceCatalog(t, prices) }
+	return []improvableRound{
+		{
+			// p0 opens an inf2.24xlarge with p2 ($1.2 for $2 of pods beats an inf1.6xlarge with all
+			// three, $2 for $3), p1 may not go there and gets an inf1.xlarge: $2.2 in all, which
+			// one inf1.6xlarge with the three pods beats.
+			name: "merge: an inf2.24xlarge and an inf1.xlarge into one inf1.6xlarge",
+			pending: []PodDemand{
+				in(testPod("p0").cores(3), "inf1.xlarge", "inf2.24xlarge", "inf1.6xlarge"),
+				in(testPod("p1").cores(3), "inf1.xlarge", "inf1.6xlarge"),
+				in(testPod("p2").devices(1), "inf1.xlarge", "inf2.24xlarge", "inf1.6xlarge"),
+			},
+			opts: Options{Catalog: catalog("- {name: inf1.xlarge, priceUSDPerHour: 1.0}\n" +
+				"- {name: inf2.24xlarge, priceUSDPerHour: 1.2}\n- {name: inf1.6xlarge, priceUSDPerHour: 2.0}\n")},
+			want: []planned{{"inf1.6xlarge", []string{"p0", "p1", "p2"}}}, cost: 2.0,
+		},
+		{
+			// i opens an inf1.24xlarge with j1 and j2 ($1.5 for $3.54 of pods beats an
+			// inf1.6xlarge with i and k, $1.18 for $2.36); k may only go on an inf1.6xlarge. The
+			// three pods of the inf1.24xlarge fit on an inf1.6xlarge.
+			name: "downsize: an inf1.24xlarge to an inf1.6xlarge",
+			pending: []PodDemand{
+				in(testPod("i").devices(2), "inf1.6xlarge", "inf1.24xlarge"),
+				in(testPod("k").devices(2), "inf1.6xlarge"),
+				in(testPod("j1").devices(1), "inf1.6xlarge", "inf1.24xlarge"),
+				in(testPod("j2").devices(1), "inf1.6xlarge", "inf1.24xlarge"),
+			},
+			opts: Options{Catalog: catalog("- {name: inf1.24xlarge, priceUSDPerHour: 1.5}\n")},
+			want: []planned{{"inf1.6xlarge", []string{"i", "j1", "j2"}}, {"inf1.6xlarge", []string{"k"}}}, cost: 2.36,
+		},
+	}
+}
+
+// TestPlanImproves: the planner merges and downsizes nodes of its first packing.
+func TestPlanImproves(t *testing.T) {
+	for _, sc := range improvable(t) {
+		t.Run(sc.name, func(t *testing.T) {
+			plan, decisions := Plan(sc.pending, nil, sc.opts)
+			checkPlan(t, sc.pending, nil, sc.opts, plan, decisions)
+			if got := newNodes(plan); !reflect.DeepEqual(got, sc.want) || math.Abs(plan.CostUSDPerHour-sc.cost) > 1e-9 {
+				t.Errorf("new nodes %v at $%v/h, want %v at $%v/h", got, plan.CostUSDPerHour, sc.want, sc.cost)
+			}
+		})
+	}
+}
+
+// priceCatalog is the built-in catalog with the prices of a catalog file's instanceTypes list.
+func priceCatalog(t *testing.T, prices string) *topology.Catalog {
+	t.Helper()
+	c, err := topology.DefaultCatalog().Apply([]byte("apiVersion: kube-neuron.io/v1\nkind: InstanceCatalog\ninstanceTypes:\n" + prices))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// in is the pod with required node affinity for the given instance types.
+func in(b *podBuilder, types ...string) PodDemand {
+	return b.affinity(term(expr(labels.InstanceType, "In", types...))).demand()
+}
+
+// TestPlanMergeAndDownsize runs merge and downsize steps on nodes set up by hand: a merge or
+// downsize that found nothing is tried again once one of its nodes has changed, though another
+// node now sits where it was, and once the limits have room again; a merge whose pods take the
+// whole new node is made; the counts the limits are checked against follow the nodes.
+func TestPlanMergeAndDownsize(t *testing.T) {
+	// Every pod takes 3 cores of one device: two never share an inf1.xlarge (1 device), an
+	// inf1.6xlarge (4 devices, $1.5/h here) takes four and is cheaper than two inf1.xlarge ($1/h
+	// each).
+	cat := priceCatalog(t, "- {name: inf1.xlarge, priceUSDPerHour: 1.0}\n- {name: inf1.6xlarge, priceUSDPerHour: 1.5}\n")
+	var pending []PodDemand
+	for i := range 8 {
+		pending = append(pending, in(testPod(fmt.Sprintf("p%d", i)).cores(3), "inf1.xlarge", "inf1.6xlarge"))
+	}
+	for i := range 4 { // pods 8 to 11: a whole device each
+		pending = append(pending, in(testPod(fmt.Sprintf("d%d", i)).devices(1), "inf1.xlarge", "inf1.6xlarge"))
+	}
+	setup := func(t *testing.T, devCap int) (*run, func(typ string, pods ...int)) {
+		p := newPlanner(pending, nil, Options{Catalog: cat})
+		r := &run{p: p, at: make([]*node, len(pending)), prior: make([]bool, len(pending)), blocked: make([]string, len(pending)),
+			nodesCap: -1, devCap: devCap, next: make([]int, len(pending)+1)}
+		for k := range r.next {
+			r.next[k] = k
+		}
+		add := func(typ string, pods ...int) {
+			n := p.newNode(p.typeIndex[typ], labels.AllocationModeDevicePlugin)
+			for _, i := range pods {
+				if !p.fitOn(n, p.req[i]).ok {
+					t.Fatalf("pod %d does not fit on the %s node", i, typ)
+				}
+				p.add(n, i)
+			}
+			r.adopt(n)
+			r.put(n)
+		}
+		return r, add
+	}
+	types := func(r *run) []string {
+		var out []string
+		nodes, devices := 0, 0
+		for _, n := range r.nodes {
+			out = append(out, n.t.Name)
+			nodes++
+			devices += n.t.Devices
+		}
+		if nodes != r.newN || devices != r.newD { // what the limits are checked against
+			t.Errorf("the run counts %d new nodes with %d devices; they are %d with %d", r.newN, r.newD, nodes, devices)
+		}
+		return out
+	}
+
+	t.Run("another node at the place of one that did not merge", func(t *testing.T) {
+		r, add := setup(t, -1)
+		add("inf1.xlarge", 0)
+		add("inf1.6xlarge", 1, 2, 3, 4) // 3 cores of each device: no room for p0, nor a type below $2.5/h for five
+		if r.merge() {
+			t.Fatalf("merged %v", types(r))
+		}
+		r.remove(1)
+		add("inf1.xlarge", 6) // now second, where the full inf1.6xlarge was
+		if !r.merge() {
+			t.Fatalf("two inf1.xlarge ($2/h) did not merge into an inf1.6xlarge ($1.5/h): %v", types(r))
+		}
+	})
+	t.Run("the limits have room again", func(t *testing.T) {
+		r, add := setup(t, 4)
+		add("inf1.xlarge", 0)
+		add("inf1.xlarge", 1)
+		add("inf1.xlarge", 2)
+		if r.merge() { // any two into an inf1.6xlarge: 5 devices, over the limit of 4
+			t.Fatalf("merged beyond the device limit: %v", types(r))
+		}
+		r.remove(2)
+		if !r.merge() { // the two left into an inf1.6xlarge: 4 devices
+			t.Fatalf("two inf1.xlarge did not merge into an inf1.6xlarge within the limit: %v", types(r))
+		}
+		if got := types(r); !slices.Equal(got, []string{"inf1.6xlarge"}) {
+			t.Errorf("nodes %v, want one inf1.6xlarge", got)
+		}
+	})
+	t.Run("a merge that fills the new node", func(t *testing.T) {
+		r, add := setup(t, -1)
+		add("inf1.6xlarge", 8, 9, 10)
+		add("inf1.xlarge", 11)
+		if !r.merge() { // four devices into the four of an inf1.6xlarge, $1.5/h instead of $2.5/h
+			t.Fatalf("an inf1.6xlarge with 3 devices taken and an inf1.xlarge did not merge: %v", types(r))
+		}
+		if got := types(r); !slices.Equal(got, []string{"inf1.6xlarge"}) {
+			t.Errorf("nodes %v, want one inf1.6xlarge", got)
+		}
+	})
+	t.Run("another node at the place of one that was not downsized", func(t *testing.T) {
+		r, add := setup(t, -1)
+		add("inf1.6xlarge", 0, 1) // 6 cores: no cheaper type takes them
+		if r.downsize() {
+			t.Fatalf("downsized %v", types(r))
+		}
+		r.remove(0)
+		add("inf1.6xlarge", 2)
+		if !r.downsize() {
+			t.Fatalf("an inf1.6xlarge with 3 cores taken was not downsized: %v", types(r))
+		}
+		if got := types(r); !slices.Equal(got, []string{"inf1.xlarge"}) {
+			t.Errorf("nodes %v, want one inf1.xlarge", got)
+		}
+	})
+}
