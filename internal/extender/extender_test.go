@@ -810,3 +810,97 @@ func TestStripManagedFields(t *testing.T) {
 		t.Errorf("a tombstone must pass unchanged: %+v, %v", out, err)
 	}
 }
+
+// TestEventsThatChangeNoUsageKeepTheGeneration: the informer showing this replica's own bind,
+// and status updates of a bound pod, leave the node's usage as it was, so its generation (and
+// with it the cached usage and placements) stays; a changed record does not.
+func TestEventsThatChangeNoUsageKeepTheGeneration(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	gen := func() uint64 { g, _ := e.usageCache.generationFor("trn-empty", ""); return g }
+	q := createPod(t, ctx, client, testPod("q").neuron(4).obj())
+	if err := e.Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the informer to show the bind", func() bool { return !e.usageCache.known("trn-empty", q.UID) })
+	afterBind := gen()
+	if passed, _, _ := e.Filter(ctx, testPod("p").neuron(8).obj(), []string{"trn-empty"}); len(passed) != 1 {
+		t.Fatal("8 devices must still fit next to q's 4")
+	}
+	if passed, _, _ := e.Filter(ctx, testPod("big").neuron(16).obj(), []string{"trn-empty"}); len(passed) != 0 {
+		t.Fatal("q's devices must count after the informer showed the bind")
+	}
+
+	// The kubelet starts q: a status update.
+	bound, err := client.CoreV1().Pods("default").Get(ctx, "q", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound.Status.Phase = corev1.PodRunning
+	if _, err := client.CoreV1().Pods("default").UpdateStatus(ctx, bound, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the informer to show q running", func() bool {
+		obj, _, _ := e.pods.GetStore().GetByKey("default/q")
+		return obj.(*corev1.Pod).Status.Phase == corev1.PodRunning
+	})
+	if g := gen(); g != afterBind {
+		t.Errorf("a status update moved the generation from %d to %d", afterBind, g)
+	}
+
+	// q finishes: its devices are free, and the generation moves.
+	bound.Status.Phase = corev1.PodSucceeded
+	if _, err := client.CoreV1().Pods("default").UpdateStatus(ctx, bound, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "q's devices to be free", func() bool {
+		passed, _, _ := e.Filter(ctx, testPod("big").neuron(16).obj(), []string{"trn-empty"})
+		return len(passed) == 1
+	})
+	if g := gen(); g == afterBind {
+		t.Error("the generation did not move when q finished")
+	}
+}
+
+func TestSameUsage(t *testing.T) {
+	c := newUsageCache()
+	rec := &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "main", Resource: topology.ResourceNeuron, Devices: []int{0}}}}
+	other := &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "main", Resource: topology.ResourceNeuron, Devices: []int{1}}}}
+	pod := func(r *allocation.Record, phase corev1.PodPhase, extra ...string) *corev1.Pod {
+		p := testPod("p").neuron(1).obj()
+		if r != nil {
+			p.Annotations[allocation.Annotation] = r.Encode()
+			p.Annotations[allocation.AllocTime] = "1"
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			p.Annotations[extra[i]] = extra[i+1]
+		}
+		p.Status.Phase = phase
+		return p
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new *corev1.Pod
+		recent   *allocation.Record // this replica's decision for the pod, if any
+		want     bool
+	}{
+		{"status update, same record", pod(rec, corev1.PodPending), pod(rec, corev1.PodRunning), nil, true},
+		{"record changed", pod(rec, corev1.PodRunning), pod(other, corev1.PodRunning), nil, false},
+		{"finished", pod(rec, corev1.PodRunning), pod(rec, corev1.PodSucceeded), nil, false},
+		{"alloc time changed", pod(rec, corev1.PodRunning), pod(rec, corev1.PodRunning, allocation.AllocTime, "2"), nil, false},
+		{"own bind shown", pod(nil, corev1.PodPending), pod(rec, corev1.PodPending), rec, true},
+		{"another replica's bind", pod(nil, corev1.PodPending), pod(rec, corev1.PodPending), nil, false},
+		{"bind landed with another record than decided", pod(nil, corev1.PodPending), pod(rec, corev1.PodPending), other, false},
+		{"published pod taken over", pod(nil, corev1.PodPending, allocation.AWSNeuronIDs, "0"), pod(rec, corev1.PodPending), rec, false},
+		{"record removed", pod(rec, corev1.PodRunning), pod(nil, corev1.PodRunning), nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.recent != nil {
+				c.remember("n", tc.new.UID, "default/p", tc.recent)
+				defer c.failedBind("n", tc.new.UID, c.seq)
+			}
+			if got := c.sameUsage(tc.old, tc.new); got != tc.want {
+				t.Errorf("sameUsage = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -75,8 +75,14 @@ func (c *usageCache) handler() cache.ResourceEventHandler {
 		c.mu.Unlock()
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    touch,
-		UpdateFunc: func(old, obj any) { touch(old); touch(obj) },
+		AddFunc: touch,
+		UpdateFunc: func(old, obj any) {
+			if c.sameUsage(old, obj) {
+				return
+			}
+			touch(old)
+			touch(obj)
+		},
 		DeleteFunc: func(obj any) {
 			touch(obj)
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -87,6 +93,43 @@ func (c *usageCache) handler() cache.ResourceEventHandler {
 			}
 		},
 	}
+}
+
+// sameUsage reports whether a pod update leaves every node's usage as it was, so that the
+// node's generation, and with it the cached usage and placements, stay valid. Two updates
+// qualify, and in a backlog they are most of the events: the informer showing this replica's
+// bind (the record it already counts through recent arrives; recent drops it), and updates of a
+// bound pod that change neither its record, its NEURON_ALLOC_TIME nor whether it counts (its
+// status as the kubelet starts it). Anything else bumps the generations as before.
+func (c *usageCache) sameUsage(oldObj, newObj any) bool {
+	old, ok1 := oldObj.(*corev1.Pod)
+	pod, ok2 := newObj.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return false
+	}
+	raw, ok := pod.Annotations[allocation.Annotation]
+	if !ok || !allocation.Counts(pod) {
+		return false
+	}
+	oldRaw, oldHas := old.Annotations[allocation.Annotation]
+	if oldHas {
+		return oldRaw == raw && allocation.Counts(old) && old.Annotations[allocation.AllocTime] == pod.Annotations[allocation.AllocTime]
+	}
+	if _, published := old.Annotations[allocation.AWSNeuronIDs]; published {
+		return false // the old object may have counted through its published annotations
+	}
+	r, err := c.records.RecordOf(pod)
+	if err != nil || r == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rbs := c.recent[r.Node][pod.UID]
+	if len(rbs) != 1 || rbs[0].record.Encode() != raw {
+		return false // not this replica's decision, or another decision for the pod is counted too
+	}
+	delete(c.recent[r.Node], pod.UID)
+	return true
 }
 
 // remember counts a bind decision of this replica on the node until the informer shows the pod

@@ -262,6 +262,13 @@ func (e *env) run(ctx context.Context, kind string, iter int) (r result, err err
 			if err := ext.Start(runCtx); err != nil {
 				return r, err
 			}
+			// As on SIGTERM: release the bind Leases, so that the next iteration's extender
+			// (a new holder) takes the nodes at once rather than after they expire.
+			defer func() {
+				sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+				defer scancel()
+				ext.Shutdown(sctx)
+			}()
 			h = ext.Handler(runCtx)
 		}
 		if url, err = serveHTTP(runCtx, verbs.wrap(h)); err != nil {
