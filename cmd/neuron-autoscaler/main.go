@@ -74,7 +74,15 @@ func main() {
 		o.Catalog, err = topology.LoadCatalog(catalog)
 	}
 	if err == nil {
-		o.Client, err = kubeclient.New(kubeconfig, 0, 0)
+		// client-go's default (5 requests per second) spreads a round's nominations over
+		// seconds, while the scheduler acts on each change at once: the kube-scheduler's own
+		// default, 50 (burst 100).
+		o.Client, err = kubeclient.New(kubeconfig, 50, 100)
+	}
+	if err == nil {
+		// The release of the launched nodes that go together: a burst of a few patches that
+		// must not wait behind the round's other calls (see ControllerOptions.ReleaseClient).
+		o.ReleaseClient, err = kubeclient.New(kubeconfig, 50, 100)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
@@ -66,10 +67,14 @@ const (
 	// resyncInterval: a round runs at least this often (scale-down, launch timeouts, pods
 	// that stay pending).
 	resyncInterval = 30 * time.Second
-	// settleAfterReady: a node that turned Ready still counts as launching for this long, so
-	// that the scheduler has time to place the pods planned onto it before they are planned
-	// again.
+	// settleAfterReady: a node that turned Ready (and was released: LaunchingTaint removed)
+	// still counts as launching for this long, so that the scheduler has time to place the
+	// pods planned onto it before they are planned again.
 	settleAfterReady = 30 * time.Second
+	// releaseWait: a launched node that is up and has its planned pods nominated waits this
+	// long at most for the other launching nodes before its LaunchingTaint is removed (see
+	// Controller.release).
+	releaseWait = time.Minute
 )
 
 // podsByNode indexes pods by spec.nodeName.
@@ -77,8 +82,13 @@ const podsByNode = "nodeName"
 
 // ControllerOptions configure the autoscaler's controller.
 type ControllerOptions struct {
-	Client   kubernetes.Interface
-	Provider Provider
+	Client kubernetes.Interface
+	// ReleaseClient removes LaunchingTaint from the nodes released together; nil means Client.
+	// A client with a rate limiter of its own keeps that burst of patches, which should reach
+	// the scheduler as close together as can be, from waiting behind the round's nominations and
+	// events in Client's.
+	ReleaseClient kubernetes.Interface
+	Provider      Provider
 	// Catalog is the instance catalog; nil means topology.DefaultCatalog().
 	Catalog *topology.Catalog
 	// Policy places requests in the simulation, as the scheduler extender does; "" is best-fit.
@@ -122,14 +132,16 @@ type ControllerOptions struct {
 // seconds). It lists the provider's nodes first: a node counts as launching, with the pods its
 // PlannedPodsAnnotation names (later rounds add pods to it through Provider.SetPlannedPods, and
 // keep them in memory should that fail), until it is a Ready Node that has
-// settled (Ready for 30 seconds and, with the device plugin, advertising Neuron capacity), so a
-// round, or a restarted controller, never launches a second node for a pod. A node that does
-// not become Ready within RegisterTimeout is deleted and its pods planned again. Pods that fail
-// Check get its problems as NotTriggerScaleUp events; the others go to Plan, and every decision
-// is an event on the pod (the same message at most once in five minutes). A node the autoscaler
-// launched that holds no pod (DaemonSet and mirror pods, and finished pods, aside) and no
-// pending pod planned onto it for ScaleDownAfter is cordoned, checked again against the API
-// server, and removed; nothing is ever evicted.
+// settled (released and Ready for 30 seconds and, with the device plugin, advertising Neuron
+// capacity), so a round, or a restarted controller, never launches a second node for a pod. A
+// node that does not become Ready within RegisterTimeout is deleted and its pods planned again.
+// Pods that fail Check get its problems as NotTriggerScaleUp events; the others go to Plan, and
+// every decision is an event on the pod (the same message at most once in five minutes) and a
+// nomination of the pod to its node. A node launches with LaunchingTaint and takes pods only
+// once release removes it: when it serves and its pods are nominated to it. A node the
+// autoscaler launched that holds no pod (DaemonSet and mirror pods, and finished pods, aside)
+// and no pending pod planned onto it for ScaleDownAfter is cordoned, checked again against the
+// API server, and removed; nothing is ever evicted.
 type Controller struct {
 	o        ControllerOptions
 	metrics  *metrics
@@ -142,10 +154,14 @@ type Controller struct {
 	daemons   appslisters.DaemonSetLister
 	claims    resourcelisters.ResourceClaimLister
 	templates resourcelisters.ResourceClaimTemplateLister
+	rslices   resourcelisters.ResourceSliceLister
 
 	kick chan struct{}
 	mu   sync.Mutex
 	seen map[types.UID]bool // pending Neuron pods that have started a batch
+	// restore: the pods planned onto a node this controller released, by key (see
+	// nominationCleared); under mu.
+	restore map[string]restoreNomination
 
 	// Only the work loop touches these.
 	tracked    map[string]*tracked  // launching nodes by name
@@ -156,6 +172,16 @@ type Controller struct {
 	// nor uncordoned yet (an uncordon that failed is retried at the next round).
 	cordoned map[string]bool
 	emitted  map[string]time.Time // event key -> when it was last emitted
+	// upSince: launched nodes that still carry LaunchingTaint and serve Neuron hardware, since
+	// when this controller has seen them so (a restarted controller waits releaseWait again).
+	upSince map[string]time.Time
+	// released: when this controller removed a node's LaunchingTaint; the node settles
+	// settleAfterReady after that.
+	released map[string]time.Time
+	// placedLast is the node the last round's plan put each pending pod on, by pod key. A pod
+	// the plan moved off a launching node (the scheduler took its room) is still listed in that
+	// node's planned pods: it is offered to the plan on the node it was moved to only.
+	placedLast map[string]string
 
 	leading, synced atomic.Bool
 }
@@ -204,9 +230,9 @@ func NewController(o ControllerOptions) (*Controller, error) {
 		o.Now = time.Now
 	}
 	return &Controller{
-		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{},
+		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{}, restore: map[string]restoreNomination{},
 		tracked: map[string]*tracked{}, registered: map[string]bool{}, retired: map[string]bool{}, emptySince: map[string]time.Time{}, cordoned: map[string]bool{},
-		emitted: map[string]time.Time{},
+		emitted: map[string]time.Time{}, upSince: map[string]time.Time{}, released: map[string]time.Time{}, placedLast: map[string]string{},
 	}, nil
 }
 
@@ -366,8 +392,11 @@ func (c *Controller) start(ctx context.Context) (informers.SharedInformerFactory
 		return nil, err
 	}
 	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.podChanged,
-		UpdateFunc: func(_, obj any) { c.podChanged(obj) },
+		AddFunc: c.podChanged,
+		UpdateFunc: func(old, obj any) {
+			c.podChanged(obj)
+			c.nominationCleared(ctx, old, obj)
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -383,15 +412,45 @@ func (c *Controller) start(ctx context.Context) (informers.SharedInformerFactory
 	if _, err := factory.Apps().V1().DaemonSets().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: kickOnDaemonSet}); err != nil {
 		return nil, err
 	}
+	// A launched node that still holds pods off (LaunchingTaint) may have come up: a round
+	// releases it, rather than the next resync. The node changes (Ready, capacity) or, on a DRA
+	// node, its driver publishes its ResourceSlices.
+	kick := func() {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			if node, ok := obj.(*corev1.Node); ok && holdsPods(node) {
+				kick()
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := factory.Resource().V1().ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if s, ok := obj.(*resourcev1.ResourceSlice); ok && s.Spec.Driver == DeviceClass && s.Spec.NodeName != nil {
+				if node, err := c.nodes.Get(*s.Spec.NodeName); err == nil && holdsPods(node) {
+					kick()
+				}
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
 	c.pods, c.podIndex = factory.Core().V1().Pods().Lister(), podInformer.GetIndexer()
 	c.nodes = factory.Core().V1().Nodes().Lister()
 	c.daemons = factory.Apps().V1().DaemonSets().Lister()
 	c.claims = factory.Resource().V1().ResourceClaims().Lister()
 	c.templates = factory.Resource().V1().ResourceClaimTemplates().Lister()
+	c.rslices = factory.Resource().V1().ResourceSlices().Lister()
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			return factory, fmt.Errorf("the %v cache did not sync: check the autoscaler's RBAC (pods, nodes, daemonsets, resourceclaims and resourceclaimtemplates: list and watch)", typ)
+			return factory, fmt.Errorf("the %v cache did not sync: check the autoscaler's RBAC (pods, nodes, daemonsets, resourceclaims, resourceclaimtemplates and resourceslices: list and watch)", typ)
 		}
 	}
 	if c.recorder == nil {
@@ -425,9 +484,47 @@ func (c *Controller) podChanged(obj any) {
 	}
 }
 
+// restoreNomination is the released node a pod is planned onto: its nomination is written again
+// should the scheduler clear it before until.
+type restoreNomination struct {
+	node  string
+	until time.Time
+}
+
+// nominationCleared writes a pod's nomination again as soon as the scheduler clears it, when the
+// pod is planned onto a node this controller released less than settleAfterReady ago, once per
+// pod and release. The scheduler clears the nomination of a pod it failed to place (as it may
+// while the nodes released together reach it one by one); written again, the pod's next attempt,
+// after its backoff, tries its own node first instead of any node with room, which a round may
+// come too late for (the resync is 30 seconds by default). Once only: a pod that fails on its
+// own node again is planned again by the next round.
+func (c *Controller) nominationCleared(ctx context.Context, oldObj, obj any) {
+	old, ok := oldObj.(*corev1.Pod)
+	pod, ok2 := obj.(*corev1.Pod)
+	if !ok || !ok2 || old.Status.NominatedNodeName == "" || pod.Status.NominatedNodeName != "" || pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil {
+		return
+	}
+	key := pod.Namespace + "/" + pod.Name
+	c.mu.Lock()
+	r, found := c.restore[key]
+	found = found && r.node == old.Status.NominatedNodeName && c.o.Now().Before(r.until)
+	if found {
+		delete(c.restore, key)
+	}
+	c.mu.Unlock()
+	if !found {
+		return
+	}
+	go func() {
+		if c.nominate(ctx, pod, r.node) {
+			klog.FromContext(ctx).V(2).Info("Nominated a pod again after the scheduler cleared its nomination", "pod", klog.KObj(pod), "node", r.node)
+		}
+	}()
+}
+
 // reconcile is one round: the provider's instances first (what is launching, and for which
 // pods), then the scale-up for the pending pods, the pods it added to launching nodes recorded
-// through the provider, then the scale-down.
+// through the provider, the release of the launched nodes that are up, then the scale-down.
 func (c *Controller) reconcile(ctx context.Context) error {
 	now := c.o.Now()
 	for k, at := range c.emitted {
@@ -466,7 +563,11 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	for name := range nodes {
 		taken[name] = true
 	}
-	c.scaleUp(ctx, pending, launching, nodeList, taken, now)
+	assigned := c.scaleUp(ctx, pending, launching, nodeList, taken, now)
+	clear(c.placedLast)
+	for k, p := range assigned {
+		c.placedLast[k] = p.node
+	}
 	if !c.o.DryRun {
 		for _, l := range launching {
 			if t := c.tracked[l.Name]; t != nil {
@@ -474,6 +575,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			}
 		}
 	}
+	c.release(ctx, nodeList, assigned, now)
 	c.scaleDown(ctx, nodeList, planned, byKey, now)
 	return nil
 }
@@ -578,6 +680,11 @@ func (c *Controller) instances(ctx context.Context, now time.Time) ([]Instance, 
 			delete(c.tracked, name)
 			t.launched.Name = renamed
 			c.tracked[renamed] = t
+			for k, at := range c.placedLast {
+				if at == name {
+					c.placedLast[k] = renamed
+				}
+			}
 			continue
 		}
 		switch {
@@ -641,13 +748,23 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 			opt.InstanceType = in.Labels[labels.InstanceType]
 		}
 		for _, k := range pods {
-			if d, ok := pending[k]; ok {
-				opt.Pods = append(opt.Pods, d)
+			d, ok := pending[k]
+			if at, moved := c.placedLast[k]; !ok || (moved && at != in.Name) {
+				// Not pending, or moved to another node by a later plan: offered on two nodes,
+				// the planner would count it on both, and on neither where it no longer fits.
+				continue
 			}
+			opt.Pods = append(opt.Pods, d)
 		}
 		if node != nil {
 			for _, pod := range c.podsOn(node.Name) {
 				if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+					continue
+				}
+				if _, still := pending[pod.Namespace+"/"+pod.Name]; still {
+					// Bound since the round listed it pending (the cache moved on): it counts once,
+					// as the planned pod it was, or the planner finds no room for it beside itself
+					// and launches a node for it.
 					continue
 				}
 				if dra, _ := c.draRequests(pod); len(dra) > 0 || len(allocation.PodRequests(pod)) > 0 {
@@ -670,10 +787,14 @@ func plannedPods(in Instance) []string {
 	return out
 }
 
-// settled reports whether a node takes pods: Ready for a little while and, on a device plugin
-// node, advertising Neuron capacity (or Ready for the register timeout whatever it advertises).
+// settled reports whether a node takes pods: Ready for a little while, released (no
+// LaunchingTaint) for as long, and, on a device plugin node, advertising Neuron capacity (or
+// Ready for the register timeout whatever it advertises).
 func (c *Controller) settled(node *corev1.Node, now time.Time) bool {
-	if node == nil || !nodeReady(node) {
+	if node == nil || !nodeReady(node) || hasLaunchingTaint(node) {
+		return false
+	}
+	if at, ok := c.released[node.Name]; ok && now.Sub(at) < settleAfterReady {
 		return false
 	}
 	since := readySince(node)
@@ -683,12 +804,265 @@ func (c *Controller) settled(node *corev1.Node, now time.Time) bool {
 	if node.Labels[labels.AllocationMode] == labels.AllocationModeDRA || now.Sub(since) >= c.o.RegisterTimeout {
 		return true
 	}
+	return hasNeuronCapacity(node)
+}
+
+func hasNeuronCapacity(node *corev1.Node) bool {
 	for _, r := range topology.Resources {
 		if q, ok := node.Status.Allocatable[corev1.ResourceName(r)]; ok && !q.IsZero() {
 			return true
 		}
 	}
 	return false
+}
+
+// hasLaunchingTaint reports whether the node carries LaunchingTaintKey (whatever its value or
+// effect: a launch template that registers it otherwise must not keep the node held forever).
+func hasLaunchingTaint(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == LaunchingTaintKey })
+}
+
+// holdsPods reports whether a node is one the autoscaler launched that still keeps pods off
+// with LaunchingTaint. Nodes without LaunchedByLabel are never released, whatever their taints.
+func holdsPods(node *corev1.Node) bool {
+	return node.Labels[LaunchedByLabel] == LaunchedByValue && node.DeletionTimestamp == nil && hasLaunchingTaint(node)
+}
+
+// serving reports whether a launched node could take its pods but for LaunchingTaint: Ready,
+// and advertising Neuron capacity (device plugin) or publishing Neuron devices in a
+// ResourceSlice (DRA); or Ready for the register timeout, whatever it serves, so that a node
+// whose plugin never starts is not held forever.
+func (c *Controller) serving(node *corev1.Node, now time.Time) bool {
+	switch {
+	case !nodeReady(node):
+		return false
+	case now.Sub(readySince(node)) >= c.o.RegisterTimeout:
+		return true
+	case node.Labels[labels.AllocationMode] == labels.AllocationModeDRA:
+		return c.publishesDevices(node.Name)
+	}
+	return hasNeuronCapacity(node)
+}
+
+// publishesDevices reports whether the Neuron DRA driver published devices for the node.
+func (c *Controller) publishesDevices(node string) bool {
+	list, _ := c.rslices.List(klabels.Everything())
+	for _, s := range list {
+		if s.Spec.Driver == DeviceClass && s.Spec.NodeName != nil && *s.Spec.NodeName == node && len(s.Spec.Devices) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// release removes LaunchingTaint from the launched nodes that may take pods now.
+//
+// A node holds pods off until it is serving and every pending pod this round's plan puts on it
+// carries its nomination (placed: scaleUp nominated them again just before). Were it released
+// earlier, the scheduler would place there pods planned onto nodes still booting (or not yet
+// nominated at all), and it clears the nomination of every pod it fails to place, as it does
+// while a pod's node is not up. Then it waits for the other launched nodes that hold pods
+// planned onto them, and they are released together: the scheduler keeps a nominated pod's room
+// only per resource name (a pod asking for cores may take devices nominated pods asked for) and
+// the extender does not count nominations at all, so a pod whose own node is still held could
+// take room planned for another pod on a node released before its own. A node that has been
+// serving for releaseWait is released whatever the others do and whether its pods are
+// nominated or not, so nothing is held for long: not when the pods are deleted (they are no
+// longer pending), nor when nominating fails, nor across a restart (the rule reads only the
+// node, the pods and the plan; a restarted controller times releaseWait again).
+func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed map[string]placement, now time.Time) {
+	logger := klog.FromContext(ctx)
+	var holds []*hold
+	present := map[string]bool{}
+	for _, node := range nodes {
+		present[node.Name] = true
+		if !holdsPods(node) {
+			delete(c.upSince, node.Name)
+			continue
+		}
+		h := &hold{node: node, serving: c.serving(node, now)}
+		for k, p := range placed {
+			if p.node == node.Name {
+				h.pods = append(h.pods, k)
+				if !p.nominated {
+					h.unnominated = append(h.unnominated, k)
+				}
+			}
+		}
+		sort.Strings(h.pods)
+		sort.Strings(h.unnominated)
+		if !h.serving {
+			delete(c.upSince, node.Name)
+		} else if since, ok := c.upSince[node.Name]; !ok {
+			c.upSince[node.Name] = now
+		} else {
+			h.waited = now.Sub(since) >= releaseWait
+		}
+		holds = append(holds, h)
+	}
+	for name := range c.upSince {
+		if !present[name] {
+			delete(c.upSince, name)
+		}
+	}
+	for name := range c.released {
+		if !present[name] {
+			delete(c.released, name)
+		}
+	}
+	c.mu.Lock()
+	for k, r := range c.restore {
+		if !now.Before(r.until) {
+			delete(c.restore, k)
+		}
+	}
+	c.mu.Unlock()
+	// Ready to go: serving with its pods nominated. The group goes when every node the plan
+	// puts pending pods on is ready, or takes pods already: a node still booting (no Node yet,
+	// or not serving) holds the others back.
+	ready := func(h *hold) bool { return h.serving && len(h.unnominated) == 0 }
+	byName := map[string]*hold{}
+	for _, h := range holds {
+		byName[h.node.Name] = h
+	}
+	all := true
+	for _, p := range placed {
+		if h, held := byName[p.node]; (held && !ready(h)) || (!held && !present[p.node]) {
+			all = false
+		}
+	}
+	var out []*hold
+	for _, h := range holds {
+		switch {
+		case !h.serving:
+			logger.V(4).Info("Launched node not serving yet; it keeps its launching taint", "node", h.node.Name, "pods", h.pods)
+		case h.waited:
+			if len(h.unnominated) > 0 || !all {
+				logger.Info("Releasing a launched node after waiting for its pods' nominations and the other launching nodes", "node", h.node.Name, "waited", releaseWait,
+					"pods", h.pods, "notNominated", h.unnominated)
+			}
+			out = append(out, h)
+		case len(h.pods) == 0 || (all && ready(h)):
+			out = append(out, h)
+		default:
+			logger.V(2).Info("Launched node serving; it keeps its launching taint until its pods are nominated and the other launching nodes serve", "node", h.node.Name,
+				"pods", h.pods, "notNominated", h.unnominated)
+		}
+	}
+	if len(out) == 0 {
+		return
+	}
+	if c.o.DryRun {
+		for _, h := range out {
+			logger.Info("Dry run: would remove the launching taint", "node", h.node.Name, "pods", h.pods)
+		}
+		return
+	}
+	// The scheduler tries the pending pods as soon as the first release reaches it, and a pod
+	// whose own node it does not see released yet may take room planned for another on a node
+	// it does: so the releases of a group should reach it as close together as can be (in
+	// parallel, through a client of their own), and the node of the pod it tries first goes
+	// first, alone. That pod is the one of highest priority, then the oldest (the scheduler
+	// queues pods of equal priority in the order they last failed, for pods that wait together
+	// the order they were created in; creation times have a one-second resolution, and pods
+	// created in the same second are taken in name order, a guess). Its scheduling cycle, which
+	// asks the extender, takes longer than the other releases take to arrive.
+	slices.SortStableFunc(out, func(a, b *hold) int { return c.compareFirstPods(a.pods, b.pods) })
+	errs := make([]error, len(out))
+	errs[0] = c.untaint(ctx, out[0].node)
+	var wg sync.WaitGroup
+	for i, h := range out[1:] {
+		wg.Go(func() { errs[i+1] = c.untaint(ctx, h.node) })
+	}
+	wg.Wait()
+	for i, h := range out {
+		if errs[i] != nil {
+			logger.Error(errs[i], "Removing the launching taint failed; retrying at the next round", "node", h.node.Name)
+			continue
+		}
+		c.released[h.node.Name] = now
+		delete(c.upSince, h.node.Name)
+		c.mu.Lock()
+		for _, k := range h.pods {
+			c.restore[k] = restoreNomination{node: h.node.Name, until: now.Add(settleAfterReady)}
+		}
+		c.mu.Unlock()
+		logger.Info("Released a launched node: it takes pods now", "node", h.node.Name, "pods", h.pods)
+	}
+}
+
+// hold is a launched node that keeps pods off with LaunchingTaint, as a round sees it.
+type hold struct {
+	node            *corev1.Node
+	pods            []string // pending pods the round's plan puts on it
+	unnominated     []string // of those, the ones whose nomination is not in place
+	serving, waited bool
+}
+
+// compareFirstPods compares two nodes' pending pods (keys) by the first of them the scheduler
+// will try: highest priority, then the oldest, then by name; a node without pods comes last.
+func (c *Controller) compareFirstPods(a, b []string) int {
+	type first struct {
+		ok       bool
+		priority int32
+		created  time.Time
+		key      string
+	}
+	firstOf := func(keys []string) first {
+		var f first
+		for _, k := range keys {
+			ns, name, _ := strings.Cut(k, "/")
+			pod, err := c.pods.Pods(ns).Get(name)
+			if err != nil {
+				continue
+			}
+			g := first{ok: true, priority: ptr.Deref(pod.Spec.Priority, 0), created: pod.CreationTimestamp.Time, key: k}
+			if !f.ok || g.priority > f.priority || (g.priority == f.priority && (g.created.Before(f.created) || (g.created.Equal(f.created) && g.key < f.key))) {
+				f = g
+			}
+		}
+		return f
+	}
+	fa, fb := firstOf(a), firstOf(b)
+	switch {
+	case fa.ok != fb.ok:
+		if fa.ok {
+			return -1
+		}
+		return 1
+	case fa.priority != fb.priority:
+		return cmp.Compare(fb.priority, fa.priority)
+	case !fa.created.Equal(fb.created):
+		return fa.created.Compare(fb.created)
+	}
+	return strings.Compare(fa.key, fb.key)
+}
+
+// untaint removes LaunchingTaint from a node with a JSON patch that first tests that the taint
+// is still where the cache saw it, so that a taint another client added or removed meanwhile is
+// never lost (the patch then fails, and the next round tries again with the new list).
+func (c *Controller) untaint(ctx context.Context, node *corev1.Node) error {
+	i := slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == LaunchingTaintKey })
+	if i < 0 {
+		return nil
+	}
+	path := fmt.Sprintf("/spec/taints/%d", i)
+	patch, err := json.Marshal([]map[string]any{{"op": "test", "path": path, "value": node.Spec.Taints[i]}, {"op": "remove", "path": path}})
+	if err != nil {
+		return err
+	}
+	client := c.o.Client
+	if c.o.ReleaseClient != nil {
+		client = c.o.ReleaseClient
+	}
+	_, err = client.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("removing the taint %s from node %s (the autoscaler needs patch on nodes): %w", LaunchingTaintKey, node.Name, err)
+	}
+	return nil
 }
 
 func nodeReady(node *corev1.Node) bool {
@@ -747,14 +1121,22 @@ func (c *Controller) timeout(ctx context.Context, in Instance, node *corev1.Node
 	return true
 }
 
-// scaleUp checks the pending pods, plans and launches.
-func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching []NodeOption, nodes []*corev1.Node, taken map[string]bool, now time.Time) {
+// placement is where a round's plan puts a pending pod: the node it is nominated to (the name
+// the node registers under), and whether the pod carries that nomination now.
+type placement struct {
+	node      string
+	nominated bool
+}
+
+// scaleUp checks the pending pods, plans, launches and nominates; it returns, by pod key, the
+// node the plan puts each pod on (launching or new; nothing in dry run).
+func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching []NodeOption, nodes []*corev1.Node, taken map[string]bool, now time.Time) map[string]placement {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
 	defer func() { c.metrics.duration.Observe(time.Since(start).Seconds()) }()
 	c.metrics.pending.Set(float64(len(pending)))
 	if len(pending) == 0 {
-		return
+		return nil
 	}
 	env := Environment{Catalog: c.o.Catalog}
 	daemons, _ := c.daemons.List(klabels.Everything())
@@ -775,7 +1157,7 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 		}
 	}
 	if len(ok) == 0 {
-		return
+		return nil
 	}
 	isLaunching := map[string]bool{}
 	for _, l := range launching {
@@ -838,6 +1220,7 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 			}
 		}
 	}
+	placed := map[string]placement{}
 	for i, dec := range decisions {
 		pod := ok[i].Pod
 		if dec.Node >= 0 && failed[dec.Node] != nil {
@@ -851,9 +1234,9 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 		switch {
 		case dec.Warning() || c.o.DryRun:
 		case dec.Node >= 0:
-			c.nominate(ctx, pod, nodeNames[dec.Node])
+			placed[dec.Pod] = placement{node: nodeNames[dec.Node], nominated: c.nominate(ctx, pod, nodeNames[dec.Node])}
 		case dec.Launching && priorNode[dec.Pod] != "":
-			c.nominate(ctx, pod, priorNode[dec.Pod])
+			placed[dec.Pod] = placement{node: priorNode[dec.Pod], nominated: c.nominate(ctx, pod, priorNode[dec.Pod])}
 		}
 		eventType, msg := corev1.EventTypeNormal, dec.Message
 		switch {
@@ -869,6 +1252,7 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 		}
 		c.event(ctx, pod, eventType, dec.Reason, msg)
 	}
+	return placed
 }
 
 // recordPlanned records, through the provider, the pods later rounds added to a launching node
@@ -900,19 +1284,23 @@ func (c *Controller) recordPlanned(ctx context.Context, name string, t *tracked)
 
 // nominate sets the pod's status.nominatedNodeName to the node planned for it, under the name
 // the provider says the node registers with (on EC2 the instance's private DNS name or id, not
-// the planned name). The scheduler (NominatedNodeNameForExpectation, on by default since 1.35)
-// tries that node first once it is up, and counts the pod there while it schedules others, so
-// that pods land where the plan put them instead of taking the room of pods planned onto the
-// first node that comes up. A name no node ever takes (a launch template that renames the
-// node) makes the hint do nothing, and does no harm.
-func (c *Controller) nominate(ctx context.Context, pod *corev1.Pod, node string) {
+// the planned name), and reports whether the pod carries that nomination now. The scheduler
+// tries that node first, and counts the pod there (with its priority or higher) while it
+// filters that node for other pods. But it clears the nomination whenever it fails to place the
+// pod (its preemption finds no victim, and tells it to), as it does while the node is not up
+// yet: so every round nominates the pods again, and release lets the node take pods only once
+// its pods are nominated. A name no node ever takes (a launch template that renames the node)
+// makes the hint do nothing, and does no harm.
+func (c *Controller) nominate(ctx context.Context, pod *corev1.Pod, node string) bool {
 	if pod.Status.NominatedNodeName == node {
-		return
+		return true
 	}
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"nominatedNodeName": node}})
 	if _, err := c.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		klog.FromContext(ctx).V(2).Info("Nominating the pod to its planned node failed", "pod", klog.KObj(pod), "node", node, "err", err)
+		klog.FromContext(ctx).V(2).Info("Nominating the pod to its planned node failed; retrying at the next round", "pod", klog.KObj(pod), "node", node, "err", err)
+		return false
 	}
+	return true
 }
 
 // nodeName is NodeName, with an attempt number when that name is taken: a node of the same
@@ -933,7 +1321,7 @@ func (c *Controller) launch(ctx context.Context, name string, n NodePlan, pods [
 	req := NodeRequest{
 		Name: name, Type: n.InstanceType.Name, Mode: n.Mode, Labels: lbls,
 		Annotations: map[string]string{PlannedPodsAnnotation: strings.Join(pods, ",")},
-		Taints:      []corev1.Taint{NeuronTaint()},
+		Taints:      []corev1.Taint{NeuronTaint(), LaunchingTaint()},
 	}
 	in, err := c.o.Provider.Launch(ctx, req)
 	if err != nil {

@@ -284,8 +284,9 @@ func TestControllerLaunchesOneNode(t *testing.T) {
 	if r.Annotations[PlannedPodsAnnotation] != "default/a" {
 		t.Errorf("planned pods %q, want default/a", r.Annotations[PlannedPodsAnnotation])
 	}
-	if len(r.Taints) != 1 || r.Taints[0] != NeuronTaint() {
-		t.Errorf("taints %v, want the Neuron taint", r.Taints)
+	// The launching taint holds pods off the node until the controller releases it.
+	if !slices.Equal(r.Taints, []corev1.Taint{NeuronTaint(), LaunchingTaint()}) {
+		t.Errorf("taints %v, want the Neuron taint and the launching taint", r.Taints)
 	}
 	// The pod is nominated to its node, so that the scheduler keeps the node's room for it.
 	if p, err := e.client.CoreV1().Pods("default").Get(t.Context(), "a", metav1.GetOptions{}); err != nil || p.Status.NominatedNodeName != want {

@@ -24,7 +24,22 @@ const (
 	// NodeRequest.Name it was launched for, so that a later plan does not request that name
 	// again while the instance lives.
 	RequestNameAnnotation = "kube-neuron.io/node-name"
+	// LaunchingTaintKey is the startup taint of the nodes the autoscaler launches
+	// (LaunchingTaint). The node registers with it (the local provider creates the Node with
+	// it; on EC2 the launch template's kubelet flag --register-with-taints adds it), and the
+	// controller removes it once the node serves Neuron hardware and every pending pod planned
+	// onto it is nominated to it. Until then no pod can land there: without it, the first node
+	// to come up takes pods planned onto nodes still booting, before they are even nominated,
+	// and the scheduler clears each nomination whose node it cannot use yet.
+	LaunchingTaintKey = "kube-neuron.io/launching"
 )
+
+// LaunchingTaint is LaunchingTaintKey=true:NoSchedule. Only the Neuron DaemonSets (device
+// plugin, DRA driver) tolerate it, so that the node can come to serve Neuron hardware while it
+// holds pods off.
+func LaunchingTaint() corev1.Taint {
+	return corev1.Taint{Key: LaunchingTaintKey, Value: "true", Effect: corev1.TaintEffectNoSchedule}
+}
 
 // NodeRequest is a node to launch.
 type NodeRequest struct {

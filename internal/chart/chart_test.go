@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -172,6 +173,7 @@ func checkDevicePlugin(t *testing.T, m manifest, ns string) {
 	wantTolerations := []corev1.Toleration{
 		{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists},
 		{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: autoscaler.LaunchingTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 	}
 	if !reflect.DeepEqual(spec.Tolerations, wantTolerations) {
 		t.Errorf("tolerations = %+v, want %+v", spec.Tolerations, wantTolerations)
@@ -607,8 +609,8 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 	}
 	checkResources(t, c.Resources, "10m", "32Mi", "100m", "1Gi")
 	checkAffinity(t, spec.Affinity, []string{"trn1.2xlarge", "trn2.48xlarge"}, true)
-	if n := len(spec.Tolerations); n != 3 || spec.Tolerations[2] != (corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "ml", Effect: corev1.TaintEffectNoSchedule}) {
-		t.Errorf("tolerations = %+v, want the two fixed ones and dedicated=ml:NoSchedule", spec.Tolerations)
+	if n := len(spec.Tolerations); n != 4 || spec.Tolerations[3] != (corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "ml", Effect: corev1.TaintEffectNoSchedule}) {
+		t.Errorf("tolerations = %+v, want the three fixed ones and dedicated=ml:NoSchedule", spec.Tolerations)
 	}
 	checkMounts(t, spec, c, []mount{
 		{"/kubelet/dp", "/kubelet/dp", corev1.HostPathDirectory, false},

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 )
 
@@ -98,6 +99,7 @@ func checkDRADriver(t *testing.T, m manifest, withDevicePlugin bool) {
 	wantTolerations := []corev1.Toleration{
 		{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists},
 		{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: autoscaler.LaunchingTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 		{Key: "sagemaker.amazonaws.com/node-health-status", Operator: corev1.TolerationOpEqual, Value: "Unschedulable", Effect: corev1.TaintEffectNoSchedule},
 	}
 	if !reflect.DeepEqual(spec.Tolerations, wantTolerations) {
@@ -356,8 +358,8 @@ func TestDRAValuesReachTheDaemonSet(t *testing.T) {
 	}
 	checkResources(t, c.Resources, "10m", "128Mi", "100m", "1Gi")
 	checkDRAAffinity(t, spec, []string{"trn1.2xlarge", "trn2.48xlarge"}, false)
-	if n := len(spec.Tolerations); n != 4 || spec.Tolerations[3] != (corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "ml", Effect: corev1.TaintEffectNoSchedule}) {
-		t.Errorf("tolerations = %+v, want the three fixed ones and dedicated=ml:NoSchedule", spec.Tolerations)
+	if n := len(spec.Tolerations); n != 5 || spec.Tolerations[4] != (corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "ml", Effect: corev1.TaintEffectNoSchedule}) {
+		t.Errorf("tolerations = %+v, want the four fixed ones and dedicated=ml:NoSchedule", spec.Tolerations)
 	}
 	checkMounts(t, spec, c, []mount{
 		{"/kubelet/registry", "/kubelet/registry", corev1.HostPathDirectory, false},

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -185,8 +186,11 @@ func (n *SimNode) start(ctx context.Context, pods *podWorker) error {
 			node.Status = want.Status
 			node, err = n.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 		}
-		// Then its labels (kept, the simulator's added) and taints (the node's own, as a kubelet
-		// registering with --register-with-taints sets them).
+		// Then its labels (kept, the simulator's added) and taints: the ones it was launched
+		// with, as a kubelet registering with --register-with-taints has them (the autoscaler's
+		// kube-neuron.io/launching, which it removes itself once the node's pods are nominated),
+		// less node.kubernetes.io/not-ready, which the node lifecycle controller lifts once the
+		// node is Ready, plus the simulator's own.
 		if err == nil {
 			if node.Labels == nil {
 				node.Labels = map[string]string{}
@@ -194,7 +198,7 @@ func (n *SimNode) start(ctx context.Context, pods *podWorker) error {
 			for k, v := range want.Labels {
 				node.Labels[k] = v
 			}
-			node.Spec.Taints = want.Spec.Taints
+			node.Spec.Taints = registeredTaints(node.Spec.Taints, want.Spec.Taints)
 			node, err = n.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 		}
 		if err != nil {
@@ -246,6 +250,23 @@ func (n *SimNode) start(ctx context.Context, pods *podWorker) error {
 	}()
 	logger.V(2).Info("Simulated node started", "instanceType", n.Spec.InstanceType.Name, "mode", n.Spec.Mode)
 	return nil
+}
+
+// registeredTaints are the taints of an adopted node once its simulated kubelet registers: those
+// it was created with but node.kubernetes.io/not-ready, and the simulator's own that it lacks.
+func registeredTaints(launched, own []corev1.Taint) []corev1.Taint {
+	var out []corev1.Taint
+	for _, t := range launched {
+		if t.Key != corev1.TaintNodeNotReady {
+			out = append(out, t)
+		}
+	}
+	for _, t := range own {
+		if !slices.ContainsFunc(out, func(o corev1.Taint) bool { return o.Key == t.Key && o.Effect == t.Effect }) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func (n *SimNode) stop() {

@@ -38,10 +38,12 @@
 // # Launch template
 //
 // Tags are not node labels. The launch template's user data joins the node to the cluster and
-// must register it with the Neuron taint and the labels the autoscaler planned it with: on
-// AL2023, a nodeadm NodeConfig with spec.kubelet.flags [--node-labels=...,
-// --register-with-taints=aws.amazon.com/neuron=true:NoSchedule]; on AL2, bootstrap.sh
-// --kubelet-extra-args with the same flags. Labels that differ per node
+// must register it with the Neuron taint, the launching taint (autoscaler.LaunchingTaint, which
+// the controller removes once the node serves and its planned pods are nominated to it) and the
+// labels the autoscaler planned it with: on AL2023, a nodeadm NodeConfig with spec.kubelet.flags
+// [--node-labels=..., --register-with-taints=aws.amazon.com/neuron=true:NoSchedule,
+// kube-neuron.io/launching=true:NoSchedule]; on AL2, bootstrap.sh --kubelet-extra-args with the
+// same flags. Labels that differ per node
 // (kube-neuron.io/allocation-mode) need one launch template per allocation mode or the
 // controller labelling the Node when it registers.
 //

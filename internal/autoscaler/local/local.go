@@ -1,6 +1,7 @@
 // Package local is neuron-autoscaler's provider for the local lab: it launches a node by creating
-// its Node object through the API, with the Neuron taint, the labels of DESIGN section 4 and its
-// capacity. The lab's node simulator adopts every node whose provider ID starts with
+// its Node object through the API, with the request's taints (the Neuron taint and the launching
+// taint, which the controller removes once the node serves and its pods are nominated), the
+// labels of DESIGN section 4 and its capacity. The lab's node simulator adopts every node whose provider ID starts with
 // ProviderIDPrefix: it simulates the node's devices and kubelet, and runs the device plugin or the
 // DRA driver on it, so the whole loop can be watched locally. Removing a node deletes the object;
 // the pods planned onto a node are its kube-neuron.io/planned-pods annotation.

@@ -5,6 +5,8 @@ package autoscaler
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -98,13 +100,16 @@ func names(nodes []corev1.Node) []string {
 	return out
 }
 
-// events returns the messages of the pod's events with the reason.
+// events returns the messages of the pod's events with the reason, oldest first.
 func events(t *testing.T, ctx context.Context, ns, pod, reason string) []string {
 	t.Helper()
 	list, err := framework.L.Client().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
 	if err != nil {
 		t.Fatal(err)
 	}
+	sort.SliceStable(list.Items, func(i, j int) bool {
+		return list.Items[i].CreationTimestamp.Before(&list.Items[j].CreationTimestamp)
+	})
 	var out []string
 	for _, e := range list.Items {
 		out = append(out, e.Message)
@@ -251,14 +256,36 @@ func cost(t *testing.T, nodes []corev1.Node) float64 {
 
 func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 	ctx, ns := setup(t)
+	c := framework.L.Client()
+	// One batch: the autoscaler starts once the scheduler has refused all 20 pods, so that its
+	// first round plans them together, as the planner below does.
+	if err := framework.L.StopAutoscaler(); err != nil {
+		t.Fatal(err)
+	}
 	pods := mixedPods(ns)
 	var demands []autoscaler.PodDemand
 	for _, p := range pods {
-		created, err := framework.L.Client().CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		created, err := c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		demands = append(demands, autoscaler.NewPodDemand(created, nil))
+	}
+	framework.WaitFor(t, ctx, 60*time.Second, "my-scheduler to refuse the 20 pods", func(ctx context.Context) (bool, string, error) {
+		list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		n := 0
+		for i := range list.Items {
+			if autoscaler.WaitingForScaleUp(&list.Items[i]) {
+				n++
+			}
+		}
+		return n == len(pods), fmt.Sprintf("%d of %d unschedulable", n, len(pods)), nil
+	})
+	if err := framework.L.StartAutoscaler(scaleDownAfter); err != nil {
+		t.Fatal(err)
 	}
 	for _, p := range pods {
 		framework.WaitForPod(t, ctx, ns, p.Name, corev1.PodRunning, 3*time.Minute)
@@ -268,19 +295,65 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 	plan, _ := autoscaler.Plan(demands, nil, autoscaler.Options{})
 	t.Logf("fleet for 20 pods: %v, $%.4f/h, of which in use %v, $%.4f/h; the planner alone over all 20: %d nodes, $%.4f/h",
 		names(nodes), cost(t, nodes), names(used), cost(t, used), len(plan.New()), plan.CostUSDPerHour)
-	// The scheduler, not the plan, places the pods: every pod is nominated to its planned node,
-	// but one whose node is not up yet can take spare room on a node that is, and the pods
-	// planned onto that room are planned again. On a quiet machine the nodes in use cost about
-	// the plan ($55.20 against $54.81 per hour); under load the divergence costs more. What
-	// must hold: packing still beats one node per pod.
-	naive := 0.0
-	for _, d := range demands {
-		one, _ := autoscaler.Plan([]autoscaler.PodDemand{d}, nil, autoscaler.Options{})
-		naive += one.CostUSDPerHour
+
+	// Each pod runs where the plan put it: the node named by its first TriggeredScaleUp event.
+	// The launched nodes hold pods off (kube-neuron.io/launching) until they serve and their
+	// pods are nominated to them, and are released together. What is left: a pod the scheduler
+	// tries in the milliseconds between two nodes' releases can take room planned for another (the
+	// scheduler counts nominated pods per resource name, the extender not at all), and the
+	// extender binds a node's pods in the scheduler's order, not the planner's (largest first),
+	// so the last of a tightly packed node may no longer fit. Such pods are logged.
+	launchedFor := map[string]bool{}
+	var moved []autoscaler.PodDemand
+	for i, p := range pods {
+		got, err := c.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		planned := ""
+		for _, m := range events(t, ctx, ns, p.Name, autoscaler.ReasonTriggeredScaleUp) {
+			node, ok := plannedNode(m)
+			if ok && planned == "" {
+				planned = node
+			}
+			if ok && strings.Contains(m, "a new ") {
+				launchedFor[node] = true
+			}
+		}
+		if planned != got.Spec.NodeName {
+			moved = append(moved, demands[i])
+			t.Logf("pod %s planned onto %s runs on %s", p.Name, planned, got.Spec.NodeName)
+		}
 	}
-	t.Logf("one node per pod would cost $%.4f/h", naive)
-	if got := cost(t, used); got >= naive {
-		t.Errorf("the nodes in use cost $%.4f/h, no less than one node per pod ($%.4f/h)", got, naive)
+	// What must hold: the nodes in use cost what the plan costs, and no node beyond the plan was
+	// launched. The tolerance is what one such pod can cause: the pods whose room it took are
+	// planned again, into room left free first (usually found: the cost stays the plan's), or
+	// onto one node more, no dearer than a node of its own for one of the pods off their node;
+	// and a few pods off their planned node (the pod, those it displaced in turn, and the last
+	// pod of a tightly packed node), at most a quarter of them: 0 or 1 in the runs here (5 once,
+	// before the first pod's node was released first, with a load average of 15). Before the
+	// launching taint, most pods ran off their planned node (13 to 19 of 20 in the runs here):
+	// the first nodes up took them before they were nominated.
+	if len(moved) > len(pods)/4 {
+		t.Errorf("%d of %d pods run off their planned node, want at most %d", len(moved), len(pods), len(pods)/4)
+	}
+	usedCost := cost(t, used)
+	extra := len(launchedFor) - len(plan.New())
+	within := 0.0
+	for _, d := range moved {
+		one, _ := autoscaler.Plan([]autoscaler.PodDemand{d}, nil, autoscaler.Options{})
+		within = max(within, one.CostUSDPerHour)
+	}
+	switch {
+	case extra == 0 && usedCost <= plan.CostUSDPerHour+1e-6:
+		if usedCost < plan.CostUSDPerHour-1e-6 {
+			t.Logf("the nodes in use cost $%.4f/h, less than the plan's $%.4f/h: a planned node was left empty", usedCost, plan.CostUSDPerHour)
+		}
+	case extra == 1 && len(moved) > 0 && usedCost <= plan.CostUSDPerHour+within+1e-6:
+		t.Logf("one node beyond the plan for the %d pods off their planned node: $%.4f/h in use, the plan $%.4f/h", len(moved), usedCost, plan.CostUSDPerHour)
+	default:
+		t.Errorf("the nodes in use cost $%.4f/h, the plan $%.4f/h; %d nodes launched (%v), the plan has %d; %d of 20 pods off their planned node",
+			usedCost, plan.CostUSDPerHour, len(launchedFor), slices.Sorted(maps.Keys(launchedFor)), len(plan.New()), len(moved))
 	}
 	if len(used) < len(nodes) {
 		framework.WaitFor(t, ctx, 60*time.Second, "the nodes no pod uses to be scaled down", func(ctx context.Context) (bool, string, error) {
@@ -288,6 +361,20 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 			return len(left) == len(used), fmt.Sprintf("%d launched nodes, %d in use", len(left), len(used)), nil
 		})
 	}
+}
+
+// plannedNode returns the node a TriggeredScaleUp message names: "...: node X" for a new node,
+// "node X (type), already launching, ..." for a launching one.
+func plannedNode(msg string) (string, bool) {
+	if _, node, ok := strings.Cut(msg, ": node "); ok {
+		node, _, _ = strings.Cut(node, " ")
+		return node, true
+	}
+	if rest, ok := strings.CutPrefix(msg, "node "); ok {
+		node, _, _ := strings.Cut(rest, " ")
+		return node, true
+	}
+	return "", false
 }
 
 // usedNodes returns the nodes that run a pod.
