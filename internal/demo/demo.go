@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/cli"
@@ -126,6 +127,81 @@ func Run(ctx context.Context, o Options) error {
 	var stderr strings.Builder
 	if code := cli.Main([]string{"nodes", "--kubeconfig", l.Kubeconfig()}, out, &stderr); code != 0 {
 		fmt.Fprintf(out, "kubectl-neuron nodes failed (exit %d): %s\n", code, stderr.String())
+	}
+	return scaleUp(ctx, out, l, o.Wait)
+}
+
+// scaleUp is the autoscaler's act: a pod that no node of the fleet can take stays pending,
+// neuron-autoscaler (local provider) launches a node of the type it asks for, the simulated
+// kubelet brings the node up with the device plugin, and the pod runs there.
+func scaleUp(ctx context.Context, out io.Writer, l *lab.Lab, wait time.Duration) error {
+	const typ = "inf2.24xlarge"
+	fmt.Fprintf(out, "\n== neuron-autoscaler: a pod for an %s, a type no node of the fleet has\n", typ)
+	begin := time.Now()
+	if err := l.StartAutoscaler(); err != nil {
+		return err
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "needs-a-new-node", Namespace: Namespace},
+		Spec: corev1.PodSpec{
+			SchedulerName: lab.CustomSchedulerName,
+			NodeSelector:  map[string]string{"node.kubernetes.io/instance-type": typ},
+			Tolerations:   []corev1.Toleration{{Key: "aws.amazon.com/neuron", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers: []corev1.Container{{Name: "app", Image: "my-neuron-image", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{corev1.ResourceName(topology.ResourceNeuron): *resource.NewQuantity(4, resource.DecimalSI)},
+			}}},
+		},
+	}
+	client := l.Client()
+	if _, err := client.CoreV1().Pods(Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if wait == 0 {
+		wait = 90 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	var lastPhase corev1.PodPhase
+	seenNodes := map[string]bool{}
+	for {
+		p, err := client.CoreV1().Pods(Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != lastPhase {
+			lastPhase = p.Status.Phase
+			fmt.Fprintf(out, "%5.1fs  pod %s/%s: %s %s\n", time.Since(begin).Seconds(), Namespace, pod.Name, p.Status.Phase, dash(p.Spec.NodeName))
+		}
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "kube-neuron.io/launched-by"})
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes.Items {
+			if !seenNodes[n.Name] {
+				seenNodes[n.Name] = true
+				fmt.Fprintf(out, "%5.1fs  node %s appears (%s, launched by neuron-autoscaler)\n", time.Since(begin).Seconds(), n.Name, n.Labels["node.kubernetes.io/instance-type"])
+			}
+		}
+		if p.Status.Phase == corev1.PodRunning || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	// What the autoscaler told every pending pod of the demo, this one and the earlier examples'.
+	events, err := client.CoreV1().Events(Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, e := range events.Items {
+		if strings.HasSuffix(e.Reason, "ScaleUp") {
+			fmt.Fprintf(out, "pod %s: %s %s: %s\n", e.InvolvedObject.Name, e.Type, e.Reason, e.Message)
+		}
+	}
+	if lastPhase != corev1.PodRunning {
+		fmt.Fprintf(out, "the pod is still %s after %v: the logs are under %s\n", lastPhase, wait, filepath.Dir(l.Kubeconfig()))
 	}
 	return nil
 }
