@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -900,16 +901,8 @@ func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed m
 		}
 		holds = append(holds, h)
 	}
-	for name := range c.upSince {
-		if !present[name] {
-			delete(c.upSince, name)
-		}
-	}
-	for name := range c.released {
-		if !present[name] {
-			delete(c.released, name)
-		}
-	}
+	forgetMissing(c.upSince, present)
+	forgetMissing(c.released, present)
 	c.mu.Lock()
 	for k, r := range c.restore {
 		if !now.Before(r.until) {
@@ -1376,16 +1369,8 @@ func (c *Controller) scaleDown(ctx context.Context, nodes []*corev1.Node, planne
 			c.uncordon(ctx, node.Name)
 		}
 	}
-	for name := range c.emptySince {
-		if !present[name] {
-			delete(c.emptySince, name)
-		}
-	}
-	for name := range c.cordoned {
-		if !present[name] {
-			delete(c.cordoned, name)
-		}
-	}
+	forgetMissing(c.emptySince, present)
+	forgetMissing(c.cordoned, present)
 }
 
 // podsOn returns the pods bound to a node, from the cache.
@@ -1520,4 +1505,9 @@ func (c *Controller) event(ctx context.Context, obj runtime.Object, eventType, r
 	c.emitted[key] = c.o.Now()
 	klog.FromContext(ctx).V(2).Info("Event", "object", klog.KObj(m), "type", eventType, "reason", reason, "message", msg)
 	c.recorder.Event(obj, eventType, reason, msg)
+}
+
+// forgetMissing drops the entries of nodes that are no longer there.
+func forgetMissing[V any](m map[string]V, present map[string]bool) {
+	maps.DeleteFunc(m, func(name string, _ V) bool { return !present[name] })
 }

@@ -21,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
 	"github.com/kube-neuron/kube-neuron/internal/cli"
 	"github.com/kube-neuron/kube-neuron/internal/lab"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -145,8 +147,8 @@ func scaleUp(ctx context.Context, out io.Writer, l *lab.Lab, wait time.Duration)
 		ObjectMeta: metav1.ObjectMeta{Name: "needs-a-new-node", Namespace: Namespace},
 		Spec: corev1.PodSpec{
 			SchedulerName: lab.CustomSchedulerName,
-			NodeSelector:  map[string]string{"node.kubernetes.io/instance-type": typ},
-			Tolerations:   []corev1.Toleration{{Key: "aws.amazon.com/neuron", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			NodeSelector:  map[string]string{labels.InstanceType: typ},
+			Tolerations:   []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			Containers: []corev1.Container{{Name: "app", Image: "my-neuron-image", Resources: corev1.ResourceRequirements{
 				Limits: corev1.ResourceList{corev1.ResourceName(topology.ResourceNeuron): *resource.NewQuantity(4, resource.DecimalSI)},
 			}}},
@@ -171,14 +173,14 @@ func scaleUp(ctx context.Context, out io.Writer, l *lab.Lab, wait time.Duration)
 			lastPhase = p.Status.Phase
 			fmt.Fprintf(out, "%5.1fs  pod %s/%s: %s %s\n", time.Since(begin).Seconds(), Namespace, pod.Name, p.Status.Phase, dash(p.Spec.NodeName))
 		}
-		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "kube-neuron.io/launched-by"})
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: autoscaler.LaunchedByLabel})
 		if err != nil {
 			return err
 		}
 		for _, n := range nodes.Items {
 			if !seenNodes[n.Name] {
 				seenNodes[n.Name] = true
-				fmt.Fprintf(out, "%5.1fs  node %s appears (%s, launched by neuron-autoscaler)\n", time.Since(begin).Seconds(), n.Name, n.Labels["node.kubernetes.io/instance-type"])
+				fmt.Fprintf(out, "%5.1fs  node %s appears (%s, launched by neuron-autoscaler)\n", time.Since(begin).Seconds(), n.Name, n.Labels[labels.InstanceType])
 			}
 		}
 		if p.Status.Phase == corev1.PodRunning || time.Now().After(deadline) {

@@ -191,8 +191,13 @@ func (e *Extender) Ready() bool {
 // per node object, when the node informer delivers it (see nodeShapes).
 func (e *Extender) nodeShape(name string) (*topology.Shape, error) {
 	e.nodeShapesMu.RLock()
+	defer e.nodeShapesMu.RUnlock()
+	return e.nodeShapeLocked(name)
+}
+
+// nodeShapeLocked is nodeShape for a caller that holds nodeShapesMu.
+func (e *Extender) nodeShapeLocked(name string) (*topology.Shape, error) {
 	ns, ok := e.nodeShapes[name]
-	e.nodeShapesMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("node %s is not known to the extender yet", name)
 	}

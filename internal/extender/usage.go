@@ -427,15 +427,11 @@ func (e *Extender) placeAll(ctx context.Context, names []string, uid types.UID, 
 	shapes := make([]*topology.Shape, len(names))
 	e.nodeShapesMu.RLock()
 	for i, name := range names {
-		ns, ok := e.nodeShapes[name]
-		switch {
-		case !ok:
-			out[i] = placed{err: fmt.Errorf("node %s is not known to the extender yet", name), unknown: true}
-		case ns.err != nil:
-			out[i] = placed{err: ns.err, unknown: true}
-		default:
-			shapes[i] = ns.shape
+		shape, err := e.nodeShapeLocked(name)
+		if err != nil {
+			out[i] = placed{err: err, unknown: true}
 		}
+		shapes[i] = shape
 	}
 	e.nodeShapesMu.RUnlock()
 
@@ -456,10 +452,8 @@ func (e *Extender) placeAll(ctx context.Context, names []string, uid types.UID, 
 			if shapes[i] == nil || recent[i] {
 				continue
 			}
-			if n := e.placements.nodes[name]; n != nil && n.gen == out[i].gen && n.shape == shapes[i] {
-				if p, ok := n.fits[key]; ok {
-					out[i].score, out[i].err, hit[i] = p.score, p.err, true
-				}
+			if p, ok := e.placements.getLocked(name, out[i].gen, shapes[i], key); ok {
+				out[i].score, out[i].err, hit[i] = p.score, p.err, true
 			}
 		}
 		e.placements.mu.Unlock()
@@ -481,6 +475,11 @@ func (c *placementCache) reset() {
 func (c *placementCache) get(node string, gen uint64, shape *topology.Shape, key string) (placement, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.getLocked(node, gen, shape, key)
+}
+
+// getLocked is get for a caller that holds c.mu.
+func (c *placementCache) getLocked(node string, gen uint64, shape *topology.Shape, key string) (placement, bool) {
 	n := c.nodes[node]
 	if n == nil || n.gen != gen || n.shape != shape {
 		return placement{}, false
