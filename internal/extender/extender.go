@@ -169,8 +169,10 @@ func (e *Extender) Start(ctx context.Context) error {
 }
 
 // stripManagedFields drops what no decision reads and every cached pod and node would carry.
+// It writes only when there is something to drop: an object from the API server is decoded for
+// this informer alone, but the fake clientset of the tests hands out objects it still reads.
 func stripManagedFields(obj any) (any, error) {
-	if a, err := meta.Accessor(obj); err == nil {
+	if a, err := meta.Accessor(obj); err == nil && a.GetManagedFields() != nil {
 		a.SetManagedFields(nil)
 	}
 	return obj, nil
