@@ -33,6 +33,8 @@ func (p *Plugin) candidates() []Candidate {
 // cache's only match is a pod of the published stack that the kubelet had not admitted: the call
 // is more likely for a pod the extender has just bound (see Match).
 func (p *Plugin) match(ctx context.Context, resource string, count int) (Candidate, []Candidate, bool) {
+	p.records.RLock()
+	defer p.records.RUnlock()
 	cands := p.candidates()
 	cached, ok := Match(cands, resource, count, p.inflightSkip())
 	if ok && !cached.Published {
@@ -61,19 +63,20 @@ func (p *Plugin) match(ctx context.Context, resource string, count int) (Candida
 // records admitted in reverse order relies on their unserved entries.)
 func (p *Plugin) candidatesOf(pods []*corev1.Pod) []Candidate {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	admitted := map[string]bool{}
 	for _, h := range p.holdings {
 		if h.Admitted {
 			admitted[h.PodUID+"/"+h.Container+"/"+h.Resource] = true
 		}
 	}
-	p.mu.Unlock()
+	now := time.Now()
 	var out []Candidate
 	for _, pod := range pods {
 		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		r, err := allocation.RecordOf(pod)
+		r, err := p.recordOfLocked(pod, now)
 		if err != nil || r == nil || r.Node != p.o.NodeName {
 			continue
 		}
@@ -448,6 +451,9 @@ func (p *Plugin) fixRecord(ctx context.Context, f recordFix) error {
 			}
 		}
 		if !changed {
+			p.mu.Lock()
+			p.rememberWrittenLocked(f, time.Now())
+			p.mu.Unlock()
 			return nil
 		}
 		for k, v := range allocation.StringPtrs(r.Annotations()) {
@@ -465,6 +471,7 @@ func (p *Plugin) fixRecord(ctx context.Context, f recordFix) error {
 			klog.FromContext(ctx).V(2).Info("Allocation record updated", "pod", f.pod, "container", f.container, "devices", f.hw.Devices, "cores", f.hw.Cores, "served", f.served)
 			p.mu.Lock()
 			delete(p.inflight, f.podUID+"/"+f.container)
+			p.rememberWrittenLocked(f, time.Now())
 			p.mu.Unlock()
 		}
 		return err

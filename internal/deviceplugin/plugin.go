@@ -92,11 +92,19 @@ type Plugin struct {
 	recorder record.EventRecorder
 	metrics  *metrics
 
-	mu         sync.Mutex
-	health     *neuron.Health
-	holdings   []Holding
-	served     map[string]servedEntry // resource + "|" + kubelet ids -> what Allocate answered
-	inflight   map[string]time.Time   // podUID/container matched by calls whose patch is in flight
+	// records is held for writing while a refresh computes and writes its record fixes, and for
+	// reading while a call matches a record: a call never sees half of a swap (one pod's record
+	// fixed, the other's not yet).
+	records sync.RWMutex
+
+	mu       sync.Mutex
+	health   *neuron.Health
+	holdings []Holding
+	served   map[string]servedEntry // resource + "|" + kubelet ids -> what Allocate answered
+	inflight map[string]time.Time   // podUID/container matched by calls whose patch is in flight
+	// written holds the record entries this plugin wrote (podUID/container/resource) until the
+	// informer shows them: the plugin reads its own writes, also when its watch lags.
+	written    map[string]writtenEntry
 	pools      map[string]*pool
 	lastHealth map[string]map[string]string
 	reported   map[string]bool // pod UID + message: problems of published-stack annotations already reported
@@ -153,7 +161,7 @@ func New(ctx context.Context, o Options) (*Plugin, error) {
 	p := &Plugin{
 		o: o, shape: shape, hw: hw, metrics: newMetrics(),
 		health: neuron.NewHealth(shape.Devices(), node),
-		served: map[string]servedEntry{}, inflight: map[string]time.Time{}, pools: map[string]*pool{},
+		served: map[string]servedEntry{}, inflight: map[string]time.Time{}, written: map[string]writtenEntry{}, pools: map[string]*pool{},
 		lastHealth: map[string]map[string]string{}, reported: map[string]bool{}, refreshCh: make(chan struct{}, 1),
 	}
 	return p, nil
@@ -312,22 +320,9 @@ func (p *Plugin) refresh(ctx context.Context) {
 	}
 	pods, _ := p.pods.List(labels.Everything())
 	p.reportPublished(ctx, pods)
-	holdings, fixes := p.computeHoldings(pods, podRes, podResErr == nil)
-	for _, f := range fixes {
-		if err := p.fixRecord(ctx, f); err != nil {
-			logger.Error(err, "Updating an allocation record", "pod", f.pod)
-		}
-	}
+	p.reconcile(ctx, pods, podRes, podResErr == nil)
 	p.mu.Lock()
-	p.holdings = holdings
-	// Answers given while the holdings were computed are not in them yet: add them, so that the
-	// withdrawal below already covers them.
-	for _, e := range p.served {
-		if !servedIn(holdings, e) {
-			p.holdings = append(p.holdings, Holding{Pod: e.holder("(served by this plugin)"), PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
-		}
-	}
-	holdings = p.holdings
+	holdings := p.holdings
 	views := map[string]map[string]string{}
 	changed := map[string]bool{}
 	for _, res := range Resources {
@@ -343,6 +338,29 @@ func (p *Plugin) refresh(ctx context.Context) {
 		logger.V(5).Info("Pool health changed", "resource", res, "withdrawn", len(views[res]))
 		if pl := pools[res]; pl != nil {
 			pl.notify()
+		}
+	}
+}
+
+// reconcile computes the holdings, writes the record fixes and sets p.holdings, holding records
+// for writing throughout: calls wait for the fixes rather than match half-fixed records.
+func (p *Plugin) reconcile(ctx context.Context, pods []*corev1.Pod, podRes []*podresv1.PodResources, podResOK bool) {
+	p.records.Lock()
+	defer p.records.Unlock()
+	holdings, fixes := p.computeHoldings(pods, podRes, podResOK)
+	for _, f := range fixes {
+		if err := p.fixRecord(ctx, f); err != nil {
+			klog.FromContext(ctx).Error(err, "Updating an allocation record", "pod", f.pod)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdings = holdings
+	// Answers given while the holdings were computed are not in them yet: add them, so that the
+	// withdrawal already covers them.
+	for _, e := range p.served {
+		if !servedIn(holdings, e) {
+			p.holdings = append(p.holdings, Holding{Pod: e.holder("(served by this plugin)"), PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
 		}
 	}
 }
@@ -441,7 +459,7 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 			deleting[string(pod.UID)] = true
 		}
 		byName[key{pod.Namespace, pod.Name}] = pod
-		if r, err := allocation.RecordOf(pod); err == nil && r != nil && r.Node == p.o.NodeName {
+		if r, err := p.recordOfLocked(pod, now); err == nil && r != nil && r.Node == p.o.NodeName {
 			records[string(pod.UID)] = r
 			published[string(pod.UID)] = allocation.FromPublishedStack(pod)
 		}

@@ -89,7 +89,7 @@ func testPlugin(t *testing.T, pods ...*corev1.Pod) (*Plugin, *fake.Clientset, co
 	p := &Plugin{
 		o: Options{NodeName: node, Client: client, Source: SourceAuto}, shape: s, metrics: newMetrics(),
 		pods: corelisters.NewPodLister(indexer), health: neuron.NewHealth(s.Devices(), nil),
-		served: map[string]servedEntry{}, inflight: map[string]time.Time{}, pools: map[string]*pool{},
+		served: map[string]servedEntry{}, inflight: map[string]time.Time{}, written: map[string]writtenEntry{}, pools: map[string]*pool{},
 		lastHealth: map[string]map[string]string{}, reported: map[string]bool{}, refreshCh: make(chan struct{}, 1),
 		recorder: record.NewFakeRecorder(10),
 	}

@@ -1,0 +1,159 @@
+package deviceplugin
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// swapPods are two pending pods with records for one device each: a (older) device 0, b device 1.
+func swapPlugin(t *testing.T) (*Plugin, context.Context, func(name string) allocation.Container) {
+	t.Helper()
+	p, client, ctx := testPlugin(t,
+		testPod("a").neuron(1).record(1, 0).obj(),
+		testPod("b").neuron(1).record(2, 1).obj(),
+	)
+	recordOf := func(name string) allocation.Container {
+		t.Helper()
+		pod, err := client.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := allocation.RecordOf(pod)
+		if err != nil || r == nil || len(r.Containers) != 1 {
+			t.Fatalf("pod %s: record %+v, %v", name, r, err)
+		}
+		return r.Containers[0]
+	}
+	return p, ctx, recordOf
+}
+
+// TestSwappedRecordsServeTheWaitingPodWhileTheInformerLags: the kubelet admitted pod b first,
+// but its call was matched to a's record (the oldest); the refresh then gives b device 0 and a
+// b's old device 1. The kubelet's call for a comes before the informer shows the swap (seen in
+// the autoscaler e2e). It must be served a's new record, not refused as "already in use".
+func TestSwappedRecordsServeTheWaitingPodWhileTheInformerLags(t *testing.T) {
+	p, ctx, recordOf := swapPlugin(t)
+	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Envs[allocation.EnvVisibleDevices]; got != "0" {
+		t.Fatalf("first call: devices %s, want a's 0", got)
+	}
+	// The kubelet's PodResources show that the call was for b. The informer (never updated in
+	// this test) still shows both records as the extender wrote them.
+	pods, _ := p.pods.List(labels.Everything())
+	p.reconcile(ctx, pods, []*podresv1.PodResources{admitted("b", topology.ResourceNeuron, "0")}, true)
+	if a, b := recordOf("a"), recordOf("b"); !slices.Equal(a.Devices, []int{1}) || a.Served || !slices.Equal(b.Devices, []int{0}) || !b.Served {
+		t.Fatalf("after the swap: a %+v, b %+v; want a device 1 unserved, b device 0 served", a, b)
+	}
+	r, err = p.allocate(ctx, topology.ResourceNeuron, []string{"1"})
+	if err != nil {
+		t.Fatalf("the call for a after the swap: %v", err)
+	}
+	if got := r.Envs[allocation.EnvVisibleDevices]; got != "1" {
+		t.Errorf("the call for a: devices %s, want its swapped record's 1", got)
+	}
+	if a := recordOf("a"); !slices.Equal(a.Devices, []int{1}) || !a.Served {
+		t.Errorf("a's record %+v, want device 1 served", a)
+	}
+}
+
+// TestCallsWaitForARefreshsRecordFixes: a call that comes while a refresh writes a swap must not
+// match the half-written records (b fixed, a not yet): it waits, then gets a's new record.
+func TestCallsWaitForARefreshsRecordFixes(t *testing.T) {
+	p, ctx, recordOf := swapPlugin(t)
+	if _, err := p.allocate(ctx, topology.ResourceNeuron, []string{"0"}); err != nil {
+		t.Fatal(err)
+	}
+	// The fake clientset runs its reactors under its own lock, which would hold up the call's
+	// reads too: block in a wrapper instead.
+	patchingA, release := make(chan struct{}), make(chan struct{})
+	var once, released sync.Once
+	t.Cleanup(func() { released.Do(func() { close(release) }) })
+	p.o.Client = beforePatch{Clientset: p.o.Client.(*fake.Clientset), before: func(name string) {
+		if name == "a" {
+			once.Do(func() {
+				close(patchingA)
+				<-release
+			})
+		}
+	}}
+	pods, _ := p.pods.List(labels.Everything())
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		p.reconcile(ctx, pods, []*podresv1.PodResources{admitted("b", topology.ResourceNeuron, "0")}, true)
+	}()
+	<-patchingA // b's record is fixed, a's is being written
+	type result struct {
+		devices string
+		err     error
+	}
+	called := make(chan result, 1)
+	go func() {
+		r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"1"})
+		if err != nil {
+			called <- result{err: err}
+			return
+		}
+		called <- result{devices: r.Envs[allocation.EnvVisibleDevices]}
+	}()
+	select {
+	case res := <-called:
+		t.Fatalf("the call was answered while the swap was half written: %+v", res)
+	case <-time.After(200 * time.Millisecond):
+	}
+	released.Do(func() { close(release) })
+	<-refreshed
+	res := <-called
+	if res.err != nil || res.devices != "1" {
+		t.Fatalf("the call for a: devices %q, %v; want its swapped record's 1", res.devices, res.err)
+	}
+	if a := recordOf("a"); !slices.Equal(a.Devices, []int{1}) || !a.Served {
+		t.Errorf("a's record %+v, want device 1 served", a)
+	}
+}
+
+// beforePatch is a clientset that calls before with the pod's name ahead of each pod patch.
+type beforePatch struct {
+	*fake.Clientset
+	before func(name string)
+}
+
+func (c beforePatch) CoreV1() typedcorev1.CoreV1Interface {
+	return beforePatchCore{CoreV1Interface: c.Clientset.CoreV1(), before: c.before}
+}
+
+type beforePatchCore struct {
+	typedcorev1.CoreV1Interface
+	before func(name string)
+}
+
+func (c beforePatchCore) Pods(namespace string) typedcorev1.PodInterface {
+	return beforePatchPods{PodInterface: c.CoreV1Interface.Pods(namespace), before: c.before}
+}
+
+type beforePatchPods struct {
+	typedcorev1.PodInterface
+	before func(name string)
+}
+
+func (c beforePatchPods) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Pod, error) {
+	c.before(name)
+	return c.PodInterface.Patch(ctx, name, pt, data, opts, subresources...)
+}
