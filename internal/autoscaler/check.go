@@ -96,10 +96,20 @@ type Environment struct {
 // DRARequest is one request of a pod's ResourceClaims for Neuron devices (DeviceClass
 // neuron.aws.com), as the caller resolved it: Count devices, or with All every device of the node.
 type DRARequest struct {
+	// Name is the request's name in its claim (with firstAvailable, the subrequest's).
+	Name  string
 	Count int
 	All   bool
-	// InstanceTypes are the types the request's CEL selectors allow; nil means any.
+	// InstanceTypes are the types the request's CEL selectors name (instanceType == 'X' in a
+	// conjunction); nil means any.
 	InstanceTypes []string
+	// Selectors are the request's CEL expressions.
+	Selectors []string
+	// Matching are the instance types whose new nodes would publish enough devices that match
+	// every selector (DeviceTemplates.Resolve); nil when not evaluated. Unmatched says why
+	// there is none.
+	Matching  []string
+	Unmatched string
 }
 
 func (r DRARequest) String() string {
@@ -157,7 +167,7 @@ func (d PodDemand) Mode() string {
 // claims' instance types allow a new node of type t.
 func (d PodDemand) Allows(t topology.InstanceType) bool {
 	for _, r := range d.DRA {
-		if r.InstanceTypes != nil && !slices.Contains(r.InstanceTypes, t.Name) {
+		if r.InstanceTypes != nil && !slices.Contains(r.InstanceTypes, t.Name) || r.Matching != nil && !slices.Contains(r.Matching, t.Name) {
 			return false
 		}
 	}
@@ -210,6 +220,7 @@ func DRARequestsOf(spec resourcev1.ResourceClaimSpec) []DRARequest {
 		var sel []resourcev1.DeviceSelector
 		var mode resourcev1.DeviceAllocationMode
 		var count int64
+		name := r.Name
 		switch {
 		case r.Exactly != nil:
 			class, sel, mode, count = r.Exactly.DeviceClassName, r.Exactly.Selectors, r.Exactly.AllocationMode, r.Exactly.Count
@@ -217,6 +228,7 @@ func DRARequestsOf(spec resourcev1.ResourceClaimSpec) []DRARequest {
 			for _, s := range r.FirstAvailable {
 				if s.DeviceClassName == DeviceClass {
 					class, sel, mode, count = s.DeviceClassName, s.Selectors, s.AllocationMode, s.Count
+					name += "/" + s.Name
 					break
 				}
 			}
@@ -224,7 +236,12 @@ func DRARequestsOf(spec resourcev1.ResourceClaimSpec) []DRARequest {
 		if class != DeviceClass {
 			continue
 		}
-		req := DRARequest{All: mode == resourcev1.DeviceAllocationModeAll, Count: int(count)}
+		req := DRARequest{Name: name, All: mode == resourcev1.DeviceAllocationModeAll, Count: int(count)}
+		for _, s := range sel {
+			if s.CEL != nil {
+				req.Selectors = append(req.Selectors, s.CEL.Expression)
+			}
+		}
 		if !req.All && req.Count < 1 {
 			req.Count = 1
 		}
@@ -340,6 +357,14 @@ func selectorProblems(d PodDemand, cat *topology.Catalog) []Problem {
 				out = append(out, problem("the pod's ResourceClaim selects instanceType %s, which is not in the instance catalog (known: %s). "+
 					"Change the claim's selector, or add the type with a catalog file", name, strings.Join(cat.Names(), ", ")))
 			}
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	for _, r := range d.DRA {
+		if r.Unmatched != "" {
+			out = append(out, problem("%s. Change the claim's selectors", r.Unmatched))
 		}
 	}
 	if len(out) > 0 {

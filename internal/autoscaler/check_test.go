@@ -488,7 +488,34 @@ func TestDRARequestsOf(t *testing.T) {
 		}}), []DRARequest{{Count: 8}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := DRARequestsOf(tc.spec); !reflect.DeepEqual(got, tc.want) {
+			got := DRARequestsOf(tc.spec)
+			for i := range got {
+				// Every request keeps its name and its expressions for CEL evaluation
+				// (TestDeviceTemplatesResolve); the table is about what is read from them.
+				if got[i].Name == "" {
+					t.Errorf("request %d has no name", i)
+				}
+				var exprs []string
+				for _, r := range tc.spec.Devices.Requests {
+					subs := []resourcev1.DeviceSubRequest{}
+					if r.Exactly != nil {
+						subs = append(subs, resourcev1.DeviceSubRequest{Name: "", Selectors: r.Exactly.Selectors})
+					}
+					subs = append(subs, r.FirstAvailable...)
+					for _, sub := range subs {
+						if got[i].Name == r.Name || got[i].Name == r.Name+"/"+sub.Name {
+							for _, sel := range sub.Selectors {
+								exprs = append(exprs, sel.CEL.Expression)
+							}
+						}
+					}
+				}
+				if !slices.Equal(got[i].Selectors, exprs) {
+					t.Errorf("request %s: selectors %q, want %q", got[i].Name, got[i].Selectors, exprs)
+				}
+				got[i].Name, got[i].Selectors = "", nil
+			}
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("DRARequestsOf = %+v, want %+v", got, tc.want)
 			}
 		})

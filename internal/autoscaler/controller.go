@@ -587,6 +587,7 @@ func (c *Controller) pending(ctx context.Context) []PodDemand {
 	pods, _ := c.pods.List(klabels.Everything())
 	var out []PodDemand
 	waiting := map[types.UID]bool{}
+	var templates *DeviceTemplates
 	for _, pod := range pods {
 		if !WaitingForScaleUp(pod) {
 			continue
@@ -594,6 +595,13 @@ func (c *Controller) pending(ctx context.Context) []PodDemand {
 		dra, unresolved := c.draRequests(pod)
 		if unresolved != "" {
 			logger.V(5).Info("Pod's claim not found; its other requests only", "pod", klog.KObj(pod), "claim", unresolved)
+		}
+		if len(dra) > 0 {
+			if templates == nil {
+				rslices, _ := c.rslices.List(klabels.Everything())
+				templates = NewDeviceTemplates(c.o.Catalog, rslices)
+			}
+			dra = templates.Resolve(ctx, dra)
 		}
 		waiting[pod.UID] = true
 		if d := NewPodDemand(pod, dra); d.Neuron() {

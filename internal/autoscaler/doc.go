@@ -24,10 +24,11 @@
 //
 // Limitations of the DRA path: the caller resolves a pod's ResourceClaims and templates into
 // DRARequests (DRARequestsOf reads the ExactCount/All requests of the DeviceClass neuron.aws.com
-// and an instanceType equality in their CEL selectors). A DRA request is simulated as that many
-// whole devices on a node of allocation mode dra, any subset: constraints (matchAttribute on the
-// devicegroup ids), other CEL conditions (driver version), firstAvailable alternatives beyond the
-// first, opaque configs (LNC) and claims shared between pods are not simulated, so a packed DRA
-// node may, for such claims, not take every pod planned onto it. UltraServer types (trn2u) are
-// planned as single nodes.
+// and their CEL selectors) and evaluates the selectors against the devices a new node of each
+// type would publish (DeviceTemplates.Resolve). A DRA request is simulated as that many whole
+// devices on a node of allocation mode dra that its selectors allow, any subset: constraints
+// (matchAttribute on the devicegroup ids), which devices the selectors pick within a node,
+// firstAvailable alternatives beyond the first, opaque configs (LNC) and claims shared between
+// pods are not simulated, so a packed DRA node may, for such claims, not take every pod planned
+// onto it. UltraServer types (trn2u) are planned as single nodes.
 package autoscaler

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,8 +120,10 @@ func runCheck(o *options, c *checkOptions, stdin io.Reader) error {
 	}
 	findings := []Finding{}
 	neuronPods := 0
+	// Offline, no node's versions are known: a selector on them may match (see DeviceTemplates).
+	templates := autoscaler.NewDeviceTemplates(cat, nil)
 	for _, p := range pods {
-		d := autoscaler.NewPodDemand(p.pod, specs.draRequests(p.pod))
+		d := autoscaler.NewPodDemand(p.pod, templates.Resolve(context.Background(), specs.draRequests(p.pod)))
 		if !d.Neuron() {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/kube-neuron/kube-neuron/internal/dra/devices"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
 )
 
@@ -146,7 +147,7 @@ func TestResourcesUltraServer(t *testing.T) {
 	if len(pool.Slices) != 2 || len(pool.Slices[1].SharedCounters) != 1 || pool.Slices[1].Devices != nil {
 		t.Fatalf("want a device slice and a counter slice, got %+v", pool.Slices)
 	}
-	if v := pool.Slices[1].SharedCounters[0].Counters[counterName].Value; v.Value() != 16 {
+	if v := pool.Slices[1].SharedCounters[0].Counters[devices.CounterName].Value; v.Value() != 16 {
 		t.Errorf("shared counter %s, want 16", v.String())
 	}
 	devs := pool.Slices[0].Devices
@@ -161,7 +162,7 @@ func TestResourcesUltraServer(t *testing.T) {
 		t.Errorf("the node device has a deviceId")
 	}
 	total := func(d resourceapi.Device) int64 {
-		v := d.ConsumesCounters[0].Counters[counterName].Value
+		v := d.ConsumesCounters[0].Counters[devices.CounterName].Value
 		return v.Value()
 	}
 	if total(node) != 16 || total(devs[0]) != 1 {
