@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,7 +112,7 @@ func New(o Options) (*Extender, error) {
 func (e *Extender) Start(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(e.o.Client, 0, informers.WithTransform(stripManagedFields))
 	e.pods = factory.Core().V1().Pods().Informer()
-	if err := e.pods.AddIndexers(cache.Indexers{byRecordNode: func(obj any) ([]string, error) {
+	if err := e.pods.AddIndexers(cache.Indexers{byNominatedNode: nominatedNodeIndex, byRecordNode: func(obj any) ([]string, error) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
 			return nil, nil
@@ -279,7 +280,7 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 	passed = make([]string, 0, len(names))
 	var gens []uint64
 	var scores []int64
-	for i, r := range e.placeAll(ctx, names, pod.UID, reqs, key) {
+	for i, r := range e.placeAll(ctx, names, pod, reqs, key) {
 		name := names[i]
 		if r.err == nil {
 			passed = append(passed, name)
@@ -352,7 +353,7 @@ func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []stri
 		miss, missAt = append(miss, name), append(missAt, i)
 	}
 	c.mu.Unlock()
-	for k, r := range e.placeAll(ctx, miss, pod.UID, reqs, key) {
+	for k, r := range e.placeAll(ctx, miss, pod, reqs, key) {
 		if r.err == nil {
 			out[missAt[k]] = r.score
 		}
@@ -453,9 +454,18 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errRetry, err)
 	}
+	// The pods nominated to the node keep the room filter set aside for them: the pod's set is
+	// chosen beside it.
+	var held []string
+	if nominated := e.nominatedTo(node, pod, shape); len(nominated) > 0 {
+		u, held = e.reserve(u, nominated)
+	}
 	containers, _, err := allocation.Plan(u, reqs, e.o.Policy)
 	if err != nil {
 		e.metrics.refusals.WithLabelValues("bind").Inc()
+		if len(held) > 0 {
+			return nil, fmt.Errorf("pod %s/%s no longer fits node %s beside the pods nominated to it (%s): %w", ns, name, node, strings.Join(held, ", "), err)
+		}
 		return nil, fmt.Errorf("pod %s/%s no longer fits node %s: %w", ns, name, node, err)
 	}
 	rec := &allocation.Record{Node: node, Containers: containers}

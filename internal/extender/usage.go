@@ -422,7 +422,11 @@ type placed struct {
 // placeAll is place for each of the nodes, with the locks taken once per call rather than once
 // per node: filter asks for hundreds of nodes for every pod, and in a backlog almost every
 // answer comes from the placement cache.
-func (e *Extender) placeAll(ctx context.Context, names []string, uid types.UID, reqs []allocation.Request, key string) []placed {
+//
+// On a node that pods are nominated to (placeBesideNominated), the pod must also fit beside the
+// room they hold; that is worked out each time, never cached.
+func (e *Extender) placeAll(ctx context.Context, names []string, pod *corev1.Pod, reqs []allocation.Request, key string) []placed {
+	uid := pod.UID
 	out := make([]placed, len(names))
 	shapes := make([]*topology.Shape, len(names))
 	e.nodeShapesMu.RLock()
@@ -461,6 +465,15 @@ func (e *Extender) placeAll(ctx context.Context, names []string, uid types.UID, 
 	for i, name := range names {
 		if shapes[i] != nil && !hit[i] {
 			out[i].gen, out[i].score, out[i].err = e.place(ctx, shapes[i], name, uid, reqs, key)
+		}
+	}
+	if nominated := e.nominatedNodes(); nominated != nil {
+		for i, name := range names {
+			if out[i].err == nil && shapes[i] != nil && nominated[name] {
+				if score, applies, err := e.placeBesideNominated(ctx, shapes[i], name, pod, reqs); applies {
+					out[i].score, out[i].err = score, err
+				}
+			}
 		}
 	}
 	return out
