@@ -1292,7 +1292,16 @@ func (c *Controller) recordPlanned(ctx context.Context, name string, t *tracked)
 // yet: so every round nominates the pods again, and release lets the node take pods only once
 // its pods are nominated. A name no node ever takes (a launch template that renames the node)
 // makes the hint do nothing, and does no harm.
+//
+// The pod also gets PlannedNodeAnnotation naming the node, which the scheduler does not clear:
+// the scheduler extender keeps the pod off other nodes while that node still holds pods off.
 func (c *Controller) nominate(ctx context.Context, pod *corev1.Pod, node string) bool {
+	if pod.Annotations[PlannedNodeAnnotation] != node {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{PlannedNodeAnnotation: node}}})
+		if _, err := c.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			klog.FromContext(ctx).V(2).Info("Annotating the pod with its planned node failed; retrying at the next round", "pod", klog.KObj(pod), "node", node, "err", err)
+		}
+	}
 	if pod.Status.NominatedNodeName == node {
 		return true
 	}

@@ -289,8 +289,10 @@ func TestControllerLaunchesOneNode(t *testing.T) {
 		t.Errorf("taints %v, want the Neuron taint and the launching taint", r.Taints)
 	}
 	// The pod is nominated to its node, so that the scheduler keeps the node's room for it.
-	if p, err := e.client.CoreV1().Pods("default").Get(t.Context(), "a", metav1.GetOptions{}); err != nil || p.Status.NominatedNodeName != want {
-		t.Errorf("pod a nominated to %q (%v), want %s", p.Status.NominatedNodeName, err, want)
+	// The annotation names it too: the scheduler clears a nomination, the extender keeps the pod
+	// for the node while it is held by the annotation.
+	if p, err := e.client.CoreV1().Pods("default").Get(t.Context(), "a", metav1.GetOptions{}); err != nil || p.Status.NominatedNodeName != want || p.Annotations[PlannedNodeAnnotation] != want {
+		t.Errorf("pod a nominated to %q, annotated %q (%v), want %s", p.Status.NominatedNodeName, p.Annotations[PlannedNodeAnnotation], err, want)
 	}
 	wantEvent := "Normal TriggeredScaleUp pod triggered scale-up: a new inf1.xlarge node ($0.228/h): node " + want
 	if ev := events(rec); !slices.Equal(ev, []string{wantEvent}) {

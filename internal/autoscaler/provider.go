@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"strings"
 
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -31,7 +33,10 @@ const (
 	// onto it is nominated to it. Until then no pod can land there: without it, the first node
 	// to come up takes pods planned onto nodes still booting, before they are even nominated,
 	// and the scheduler clears each nomination whose node it cannot use yet.
-	LaunchingTaintKey = "kube-neuron.io/launching"
+	LaunchingTaintKey = labels.LaunchingTaintKey
+	// PlannedNodeAnnotation, set on a pending pod with its nomination, names the launching node
+	// planned for it (see labels.PlannedNodeAnnotation).
+	PlannedNodeAnnotation = labels.PlannedNodeAnnotation
 )
 
 // LaunchingTaint is LaunchingTaintKey=true:NoSchedule. Only the Neuron DaemonSets (device

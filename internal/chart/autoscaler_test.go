@@ -242,7 +242,7 @@ func checkAutoscalerRBAC(t *testing.T, m manifest, ns string, local bool) {
 	role := get[rbacv1.ClusterRole](t, m, "ClusterRole", "", autoscalerName)
 	nodes := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch", "patch", "delete"}}
 	wantRules := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
 		nodes,
 	}

@@ -100,6 +100,7 @@ func Withdrawn(shape *topology.Shape, resource string, unhealthy []bool, holding
 			}
 		}
 	}
+	standIns := standIns(shape, resource, holdings, coreOwner)
 	for _, id := range poolIDs(shape, resource) {
 		n, _ := strconv.Atoi(id)
 		cores := []int{n}
@@ -112,13 +113,76 @@ func Withdrawn(shape *topology.Shape, resource string, unhealthy []bool, holding
 			out[id] = fmt.Sprintf("device %d is unhealthy", device)
 			continue
 		}
-		if own[id] {
+		if own[id] || standIns[id] {
 			continue
 		}
 		for _, c := range cores {
 			if coreOwner[c] != "" {
 				out[id] = coreOwner[c]
 				break
+			}
+		}
+	}
+	return out
+}
+
+// standIns returns the ids of this pool that stand in for hardware reserved for a container
+// waiting to be admitted through the pool. A container served on other hardware than its kubelet
+// ids (the kubelet admitted two pods in the other order than their records were matched, and
+// the plugin swapped their records) holds ids a and hardware b: b's ids are withdrawn, and a's
+// hardware is free but the kubelet holds a. When a's hardware is reserved for the waiting pod,
+// the kubelet would find no id for it ("requested number of devices unavailable", seen when the
+// node is full): b's id is offered instead, and Allocate serves the pod its record, a's hardware.
+// coreOwner is the owner of each core as Withdrawn computed it (reserved holdings of this pool
+// left out).
+func standIns(shape *topology.Shape, resource string, holdings []Holding, coreOwner []string) map[string]bool {
+	reserved := map[int]bool{}
+	for _, h := range holdings {
+		if h.Reserved && h.Resource == resource {
+			for _, c := range h.Hardware.Cores {
+				reserved[c] = true
+			}
+		}
+	}
+	if len(reserved) == 0 {
+		return nil
+	}
+	coresOfID := func(id string) []int {
+		n, _ := strconv.Atoi(id)
+		if resource == topology.ResourceNeuronCore {
+			return []int{n}
+		}
+		return shape.CoresOf(n)
+	}
+	out := map[string]bool{}
+	for _, h := range holdings {
+		if h.Resource != resource || h.Reserved || len(h.KubeletIDs) == 0 {
+			continue
+		}
+		hwIDs := idsOf(resource, h.Hardware)
+		var kubeletOnly, hardwareOnly []string // a and b above
+		for _, id := range h.KubeletIDs {
+			if !slices.Contains(hwIDs, id) {
+				kubeletOnly = append(kubeletOnly, id)
+			}
+		}
+		for _, id := range hwIDs {
+			if !slices.Contains(h.KubeletIDs, id) {
+				hardwareOnly = append(hardwareOnly, id)
+			}
+		}
+		sortIDs(kubeletOnly)
+		sortIDs(hardwareOnly)
+		for i := 0; i < len(kubeletOnly) && i < len(hardwareOnly); i++ {
+			waiting := true
+			for _, c := range coresOfID(kubeletOnly[i]) {
+				if c < 0 || c >= len(coreOwner) || coreOwner[c] != "" || !reserved[c] {
+					waiting = false
+					break
+				}
+			}
+			if waiting {
+				out[hardwareOnly[i]] = true
 			}
 		}
 	}

@@ -60,6 +60,27 @@ func TestWithdrawn(t *testing.T) {
 			want: map[string][]string{dev: {"8"}, alt: {"8"}, core: {"16", "17"}},
 		},
 		{
+			// The kubelet admitted b before a, but the call was matched to a's record: b holds
+			// kubelet id 3 and runs on device 4, and a's record was swapped to device 3, whose id
+			// the kubelet holds for b. Id 4 stands in for device 3, or the kubelet finds no id
+			// for a ("requested number of devices unavailable" on a full inf2.24xlarge, seen in
+			// the autoscaler e2e).
+			name: "an id stands in for hardware reserved for a waiting pod when the kubelet holds its id",
+			holdings: []Holding{
+				{Pod: "b", Resource: dev, KubeletIDs: []string{"3"}, Hardware: hw(t, s, dev, "4"), Admitted: true},
+				{Pod: "a", Resource: dev, Hardware: hw(t, s, dev, "3"), Reserved: true},
+			},
+			want: map[string][]string{dev: nil, alt: {"3", "4"}, core: {"6", "7", "8", "9"}},
+		},
+		{
+			name: "no stand-in when the kubelet's id's hardware is not reserved through the pool",
+			holdings: []Holding{
+				{Pod: "b", Resource: dev, KubeletIDs: []string{"3"}, Hardware: hw(t, s, dev, "4"), Admitted: true},
+				{Pod: "a", Resource: alt, Hardware: hw(t, s, alt, "3"), Reserved: true},
+			},
+			want: map[string][]string{dev: {"4"}, alt: {"4"}, core: {"6", "7", "8", "9"}},
+		},
+		{
 			name:     "reserved for a pod waiting to be admitted through the same pool",
 			holdings: []Holding{{Pod: "a", Resource: dev, Hardware: hw(t, s, dev, "4", "5", "6", "7"), Reserved: true}},
 			want:     map[string][]string{dev: nil, alt: {"4", "5", "6", "7"}, core: {"8", "9", "10", "11", "12", "13", "14", "15"}},

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -277,6 +279,17 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 	if len(reqs) == 0 {
 		return slices.Clone(names), failed, unresolvable
 	}
+	if node := e.waitingFor(pod); node != "" {
+		kept := make([]string, 0, 1)
+		for _, name := range names {
+			if name == node {
+				kept = append(kept, name)
+			} else {
+				failed[name] = fmt.Sprintf("the pod waits for node %s, which neuron-autoscaler launched for it (annotation %s) and releases once it serves", node, labels.PlannedNodeAnnotation)
+			}
+		}
+		names = kept
+	}
 	passed = make([]string, 0, len(names))
 	var gens []uint64
 	var scores []int64
@@ -358,7 +371,25 @@ func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []stri
 			out[missAt[k]] = r.score
 		}
 	}
+	preferPlanned(pod, names, out)
 	return out
+}
+
+// preferPlanned ranks the node neuron-autoscaler launched for the pod (labels.PlannedNodeAnnotation)
+// first among those the pod passed: the planner packed that node for it, and a pod that took
+// tighter room elsewhere would leave it part empty and displace the pod that room was planned
+// for. (The scheduler tries a nominated node first, but it clears the nomination whenever it
+// fails to place the pod, as while the node held pods off.)
+func preferPlanned(pod *corev1.Pod, names []string, scores []int64) {
+	planned := pod.Annotations[labels.PlannedNodeAnnotation]
+	i := slices.Index(names, planned)
+	if planned == "" || i < 0 {
+		return
+	}
+	for j := range scores {
+		scores[j] = min(scores[j], extenderv1.MaxExtenderPriority-1)
+	}
+	scores[i] = extenderv1.MaxExtenderPriority
 }
 
 func (e *Extender) nodeLock(node string) *sync.Mutex {
@@ -455,12 +486,14 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 		return nil, fmt.Errorf("%w: %v", errRetry, err)
 	}
 	// The pods nominated to the node keep the room filter set aside for them: the pod's set is
-	// chosen beside it.
+	// chosen together with theirs.
 	var held []string
-	if nominated := e.nominatedTo(node, pod, shape); len(nominated) > 0 {
-		u, held = e.reserve(u, nominated)
+	var containers []allocation.Container
+	if nominated := e.nominatedTo(node, pod); len(nominated) > 0 {
+		containers, _, held, err = e.arrange(u, nominated, pod, reqs)
+	} else {
+		containers, _, err = allocation.Plan(u, reqs, e.o.Policy)
 	}
-	containers, _, err := allocation.Plan(u, reqs, e.o.Policy)
 	if err != nil {
 		e.metrics.refusals.WithLabelValues("bind").Inc()
 		if len(held) > 0 {

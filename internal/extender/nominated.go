@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -39,12 +40,11 @@ func (e *Extender) nominatedNodes() map[string]bool {
 	return out
 }
 
-// nominatedTo returns the pods nominated to the node that hold room against pod, in the order
-// their room is set aside: those the kube-scheduler counts for its own resources (not bound, not
-// being deleted, priority at least the pod's, not the pod itself), that ask for Neuron hardware
-// and have no allocation record yet (a record already counts in the node's usage). The largest
-// request goes first, as the autoscaler's planner packs them.
-func (e *Extender) nominatedTo(node string, pod *corev1.Pod, shape *topology.Shape) []*corev1.Pod {
+// nominatedTo returns the pods nominated to the node that hold room against pod: those the
+// kube-scheduler counts for its own resources (not bound, not being deleted, priority at least
+// the pod's, not the pod itself), that ask for Neuron hardware and have no allocation record
+// or decision of this replica yet (those count in the node's usage already).
+func (e *Extender) nominatedTo(node string, pod *corev1.Pod) []*corev1.Pod {
 	objs, _ := e.pods.GetIndexer().ByIndex(byNominatedNode, node)
 	prio := ptr.Deref(pod.Spec.Priority, 0)
 	var out []*corev1.Pod
@@ -56,62 +56,120 @@ func (e *Extender) nominatedTo(node string, pod *corev1.Pod, shape *topology.Sha
 		if len(allocation.PodRequests(q)) == 0 {
 			continue
 		}
-		if r, err := e.usageCache.records.RecordOf(q); err != nil || r != nil {
+		// A record (or this replica's decision the informer does not show yet) already counts
+		// in its node's usage.
+		if r, err := e.usageCache.records.RecordOf(q); err != nil || r != nil || e.usageCache.decided(q.UID) {
 			continue
 		}
 		out = append(out, q)
 	}
-	cores := func(q *corev1.Pod) int {
-		n := 0
-		for _, r := range allocation.PodRequests(q) {
-			if r.Resource == topology.ResourceNeuronCore {
-				n += r.Count
-			} else {
-				n += r.Count * shape.CoresPerDevice
-			}
-		}
-		return n
-	}
-	slices.SortStableFunc(out, func(a, b *corev1.Pod) int {
-		if d := cores(b) - cores(a); d != 0 {
-			return d
-		}
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-	})
 	return out
 }
 
-// reserve returns a copy of u with room set aside for the nominated pods, each placed as a bind
-// would place it; a pod that does not fit holds nothing (it cannot run there anyway). It returns
-// the names of the pods that hold room.
-func (e *Extender) reserve(u *topology.Usage, nominated []*corev1.Pod) (*topology.Usage, []string) {
-	u = u.Clone()
-	var held []string
-	for _, q := range nominated {
-		containers, _, err := allocation.Plan(u, allocation.PodRequests(q), e.o.Policy)
-		if err != nil {
-			continue
+// packingWeight orders pods as neuron-autoscaler's planner packs a node, largest first: a device
+// counts 1, a core one half.
+func packingWeight(reqs []allocation.Request) float64 {
+	w := 0.0
+	for _, r := range reqs {
+		if r.Resource == topology.ResourceNeuronCore {
+			w += float64(r.Count) / 2
+		} else {
+			w += float64(r.Count)
 		}
-		for _, c := range containers {
-			if hw, err := c.Hardware(u.Shape()); err == nil {
-				_ = u.Allocate(hw) // Plan placed it on u: it fits
-			}
-		}
-		held = append(held, q.Namespace+"/"+q.Name)
 	}
-	return u, held
+	return w
 }
 
-// placeBesideNominated is place for a node that pods are nominated to: the pod must fit beside
-// the room they hold. The kube-scheduler sets that room aside for its own resources, counted per
+// arrange places the pod together with the pods nominated to the node: the pod fits when it fits
+// beside every nominated pod that fits without it (a nominated pod that does not fit anyway
+// holds nothing). It tries a few orders, the autoscaler planner's first (largest first, then
+// oldest, then by name), then the pod first, smallest first and the pod last, and keeps the
+// first that works: the planner found some order for the node's pods, but pods added in later
+// rounds and the binds so far may have left a layout that only another order completes. It
+// returns the pod's record entries and score, and the nominated pods that hold room; the error
+// says why the pod does not fit.
+func (e *Extender) arrange(u *topology.Usage, nominated []*corev1.Pod, pod *corev1.Pod, reqs []allocation.Request) ([]allocation.Container, float64, []string, error) {
+	type item struct {
+		pod    *corev1.Pod
+		reqs   []allocation.Request
+		weight float64
+	}
+	items := []item{{pod, reqs, packingWeight(reqs)}}
+	for _, q := range nominated {
+		r := allocation.PodRequests(q)
+		items = append(items, item{q, r, packingWeight(r)})
+	}
+	slices.SortStableFunc(items, func(a, b item) int {
+		if a.weight != b.weight {
+			if a.weight > b.weight {
+				return -1
+			}
+			return 1
+		}
+		if c := a.pod.CreationTimestamp.Compare(b.pod.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.pod.Namespace+"/"+a.pod.Name, b.pod.Namespace+"/"+b.pod.Name)
+	})
+	mineAt := slices.IndexFunc(items, func(it item) bool { return it.pod == pod })
+	moved := func(to int) []item {
+		out := slices.Delete(slices.Clone(items), mineAt, mineAt+1)
+		return slices.Insert(out, min(to, len(out)), items[mineAt])
+	}
+	smallest := slices.Clone(items)
+	slices.Reverse(smallest)
+	orders := [][]item{items, moved(0), smallest, moved(len(items))}
+
+	// place runs one order; it returns the pod's placement (err: why it does not fit) and the
+	// nominated pods that fit.
+	place := func(order []item) (mine []allocation.Container, score float64, held []string, err error) {
+		work := u.Clone()
+		for _, it := range order {
+			containers, s, perr := allocation.Plan(work, it.reqs, e.o.Policy)
+			switch {
+			case it.pod == pod && perr != nil:
+				return nil, 0, held, perr
+			case it.pod == pod:
+				mine, score = containers, s
+			case perr != nil:
+				continue
+			default:
+				held = append(held, it.pod.Namespace+"/"+it.pod.Name)
+			}
+			for _, c := range containers {
+				if hw, herr := c.Hardware(work.Shape()); herr == nil {
+					_ = work.Allocate(hw) // Plan placed it on work: it fits
+				}
+			}
+		}
+		return mine, score, held, nil
+	}
+	// The pod may not take the room of any nominated pod that fits without it.
+	_, _, without, _ := place(slices.Delete(slices.Clone(items), mineAt, mineAt+1))
+	var firstErr error
+	var firstHeld []string
+	for _, order := range orders {
+		mine, score, held, err := place(order)
+		if err == nil && len(held) >= len(without) {
+			return mine, score, held, nil
+		}
+		if firstErr == nil {
+			firstErr, firstHeld = err, held
+			if err == nil {
+				firstErr, firstHeld = fmt.Errorf("it would leave no room for %d of them", len(without)-len(held)), without
+			}
+		}
+	}
+	return nil, 0, firstHeld, firstErr
+}
+
+// placeBesideNominated is place for a node that pods are nominated to: the pod must fit together
+// with them (arrange). The kube-scheduler sets their room aside for its own resources, counted per
 // resource name; the extender sets it aside under the topology rules, so that a pod tried first
-// does not take the devices the autoscaler launched the node for, for another pod.
-// applies is false when no pod holds room against this one.
+// does not take the devices the autoscaler launched the node for, for another pod. applies is
+// false when no pod holds room against this one.
 func (e *Extender) placeBesideNominated(ctx context.Context, shape *topology.Shape, node string, pod *corev1.Pod, reqs []allocation.Request) (score int64, applies bool, err error) {
-	nominated := e.nominatedTo(node, pod, shape)
+	nominated := e.nominatedTo(node, pod)
 	if len(nominated) == 0 {
 		return 0, false, nil
 	}
@@ -119,11 +177,27 @@ func (e *Extender) placeBesideNominated(ctx context.Context, shape *topology.Sha
 	if err != nil {
 		return 0, true, err
 	}
-	u, held := e.reserve(u, nominated)
-	_, s, err := allocation.Plan(u, reqs, e.o.Policy)
+	_, s, held, err := e.arrange(u, nominated, pod, reqs)
 	if err != nil {
 		klog.FromContext(ctx).V(4).Info("Node's room is held for the pods nominated to it", "pod", klog.KObj(pod), "node", node, "nominated", held)
 		return 0, true, fmt.Errorf("the node's free Neuron hardware is held for the pods nominated to it (%s), and the pod does not fit beside them: %w", strings.Join(held, ", "), err)
 	}
 	return ExtenderScore(s), true, nil
+}
+
+// waitingFor returns the node neuron-autoscaler launched for the pod
+// (labels.PlannedNodeAnnotation) while that node still holds pods off (labels.LaunchingTaintKey);
+// "" otherwise. The pod is kept off every other node meanwhile: tried while its own node is
+// held, it would take room another launched node has for another pod (the scheduler clears its
+// nomination whenever it fails to place it, so the nomination alone does not keep it).
+func (e *Extender) waitingFor(pod *corev1.Pod) string {
+	name := pod.Annotations[labels.PlannedNodeAnnotation]
+	if name == "" {
+		return ""
+	}
+	node, err := e.nodes.Get(name)
+	if err != nil || !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == labels.LaunchingTaintKey }) {
+		return ""
+	}
+	return name
 }

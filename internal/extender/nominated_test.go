@@ -2,12 +2,18 @@ package extender
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -93,5 +99,70 @@ func TestNominatedPodWithARecordCountsOnce(t *testing.T) {
 	nominated(t, ctx, e, client, b, "trn-empty")
 	if passed, failed, _ := e.Filter(ctx, testPod("p").neuron(8).obj(), []string{"trn-empty"}); len(passed) != 1 {
 		t.Errorf("8 devices are free beside the recorded 8: failed %v", failed)
+	}
+}
+
+// TestPodWaitsForTheNodeLaunchedForIt: a pod neuron-autoscaler launched a node for
+// (kube-neuron.io/planned-node) stays off every other node while that node holds pods off with
+// kube-neuron.io/launching, and is free again once the node is released or gone.
+func TestPodWaitsForTheNodeLaunchedForIt(t *testing.T) {
+	launching := testNode("trn-launching").instanceType(trn1).obj()
+	launching.Spec.Taints = []corev1.Taint{{Key: labels.LaunchingTaintKey, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	e, client, ctx := startExtender(t, append(cluster(), launching)...)
+	pod := testPod("planned").neuron(1).obj()
+	pod.Annotations[labels.PlannedNodeAnnotation] = "trn-launching"
+	passed, failed, _ := e.Filter(ctx, pod, []string{"trn-empty", "trn-launching"})
+	if !slices.Equal(passed, []string{"trn-launching"}) {
+		t.Fatalf("passed %v, want only the node launched for the pod", passed)
+	}
+	if msg := failed["trn-empty"]; !strings.Contains(msg, "waits for node trn-launching, which neuron-autoscaler launched for it") {
+		t.Errorf("trn-empty's reason %q", msg)
+	}
+	// Released: the taint is gone, the pod may go anywhere.
+	launching.Spec.Taints = nil
+	if _, err := client.CoreV1().Nodes().Update(ctx, launching, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the released node to pass with the others", func() bool {
+		passed, _, _ := e.Filter(ctx, pod, []string{"trn-empty", "trn-launching"})
+		return len(passed) == 2
+	})
+	// A planned node that does not exist (deleted, or not registered yet) holds nothing.
+	pod.Annotations[labels.PlannedNodeAnnotation] = "trn-gone"
+	if passed, _, _ := e.Filter(ctx, pod, []string{"trn-empty"}); len(passed) != 1 {
+		t.Errorf("a planned node that does not exist kept the pod off trn-empty: %v", passed)
+	}
+}
+
+// TestPrioritizeRanksThePlannedNodeFirst: once the node launched for a pod is released, the
+// scheduler may try the pod on every node (it cleared the nomination while the node was held);
+// the planned node ranks first, so that the pod does not take tighter room planned for another.
+func TestPrioritizeRanksThePlannedNodeFirst(t *testing.T) {
+	e, _, ctx := startExtender(t, cluster()...)
+	pod := testPod("planned").neuron(4).obj()
+	names := []string{"trn-partly", "trn-empty"}
+	scores := e.Prioritize(ctx, pod, names)
+	if scores[0] <= scores[1] {
+		t.Fatalf("scores %v: best fit should rank trn-partly (4 devices used) above trn-empty", scores)
+	}
+	pod.Annotations[labels.PlannedNodeAnnotation] = "trn-empty"
+	scores = e.Prioritize(ctx, pod, names)
+	if scores[1] != extenderv1.MaxExtenderPriority || scores[0] >= scores[1] {
+		t.Errorf("scores %v: the planned trn-empty must rank first", scores)
+	}
+}
+
+// TestNominatedPodJustBoundCountsOnce: this replica has bound a nominated pod, and the informer
+// still shows it unbound and nominated. Its decision counts in the node's usage; it must not hold
+// room a second time (the lab's 20-pod test: the second pod planned onto an inf1.xlarge was
+// refused its own node, filtered 8 ms after the first one's bind).
+func TestNominatedPodJustBoundCountsOnce(t *testing.T) {
+	e, client, ctx := startExtender(t, cluster()...)
+	eight := nominated(t, ctx, e, client, testPod("eight").neuron(8), "trn-empty")
+	e.usageCache.remember("trn-empty", eight.UID, "default/eight", &allocation.Record{Node: "trn-empty", Containers: []allocation.Container{{
+		Name: "main", Resource: topology.ResourceNeuron, Devices: seqInts(0, 8), Cores: seqInts(0, 16),
+	}}})
+	if passed, failed, _ := e.Filter(ctx, testPod("p").neuron(8).obj(), []string{"trn-empty"}); len(passed) != 1 {
+		t.Errorf("8 devices are free beside the decided 8: failed %v", failed)
 	}
 }

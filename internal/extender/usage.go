@@ -174,6 +174,19 @@ func (c *usageCache) known(node string, uid types.UID) bool {
 	return recent || failed
 }
 
+// decided reports whether this replica has a decision for uid that the informer may not show
+// yet (it counts in the usage of its node through recent).
+func (c *usageCache) decided(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, byUID := range c.recent {
+		if _, ok := byUID[uid]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // usage derives the node's usage from the pods whose record names it, leaving out the pod being
 // scheduled (its own record, if any, must not block it). The result must not be changed.
 // Filter and prioritize may use the cached usage: client-go updates the indexer before it runs

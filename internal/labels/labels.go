@@ -26,6 +26,20 @@ const (
 	UltraServerNodeID4   = "neuron.amazonaws.com/ultraserver-node-id-4"
 )
 
+// What neuron-autoscaler and neuron-scheduler-extender agree on about the nodes the autoscaler
+// launches.
+const (
+	// LaunchingTaintKey is the startup taint of the nodes neuron-autoscaler launches: they hold
+	// pods off with it until they serve and the pods planned onto them are nominated to them.
+	LaunchingTaintKey = "kube-neuron.io/launching"
+	// PlannedNodeAnnotation, on a pending pod, names the node neuron-autoscaler launched for it.
+	// While that node exists and still carries LaunchingTaintKey, the scheduler extender keeps
+	// the pod off every other node: the scheduler clears a pod's nomination whenever it fails to
+	// place it, so the nomination alone does not keep a pod, tried while its own node is held, from
+	// taking room another launched node has for another pod.
+	PlannedNodeAnnotation = "kube-neuron.io/planned-node"
+)
+
 // The taint every Neuron node carries: aws.amazon.com/neuron=true:NoSchedule.
 const (
 	NeuronTaintKey    = "aws.amazon.com/neuron"
