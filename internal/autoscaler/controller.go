@@ -872,9 +872,10 @@ func (c *Controller) publishesDevices(node string) bool {
 // nominated at all), and it clears the nomination of every pod it fails to place, as it does
 // while a pod's node is not up. Then it waits for the other launched nodes that hold pods
 // planned onto them, and they are released together: the scheduler keeps a nominated pod's room
-// only per resource name (a pod asking for cores may take devices nominated pods asked for) and
-// the extender does not count nominations at all, so a pod whose own node is still held could
-// take room planned for another pod on a node released before its own. A node that has been
+// only per resource name (a pod asking for cores may take devices nominated pods asked for), so
+// a pod whose own node is still held could take room planned for another pod on a node released
+// before its own. (The scheduler extender closes that gap for the pods it schedules: it keeps a
+// pod off other nodes while its PlannedNodeAnnotation node is held.) A node that has been
 // serving for releaseWait is released whatever the others do and whether its pods are
 // nominated or not, so nothing is held for long: not when the pods are deleted (they are no
 // longer pending), nor when nominating fails, nor across a restart (the rule reads only the

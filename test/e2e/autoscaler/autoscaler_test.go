@@ -298,11 +298,10 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 
 	// Each pod runs where the plan put it: the node named by its first TriggeredScaleUp event.
 	// The launched nodes hold pods off (kube-neuron.io/launching) until they serve and their
-	// pods are nominated to them, and are released together. What is left: a pod the scheduler
-	// tries in the milliseconds between two nodes' releases can take room planned for another (the
-	// scheduler counts nominated pods per resource name, the extender not at all), and the
-	// extender binds a node's pods in the scheduler's order, not the planner's (largest first),
-	// so the last of a tightly packed node may no longer fit. Such pods are logged.
+	// pods are nominated to them, and are released together. The extender keeps each pod off
+	// other nodes while the node launched for it is held (kube-neuron.io/planned-node), ranks
+	// that node first once released, and keeps the room of the pods nominated to a node. Pods
+	// still off their planned node are logged.
 	launchedFor := map[string]bool{}
 	var moved []autoscaler.PodDemand
 	for i, p := range pods {
@@ -325,20 +324,15 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 			t.Logf("pod %s planned onto %s runs on %s", p.Name, planned, got.Spec.NodeName)
 		}
 	}
-	// What must hold: the nodes in use cost what the plan costs, and no node beyond the plan was
-	// launched. The tolerance is what pods off their planned node can cause (the extender does
-	// not count pods nominated to a node, so a pod tried between two nodes' releases can take
-	// another's room): the pods whose room a pod took are planned again, into room left free
-	// first (usually found: the cost stays the plan's), or onto one node more per pod off its
-	// node, each no dearer than a node of its own for that pod (a clean-clone CI run had two
-	// such nodes for 4 pods off their node, $62.06/h against $54.81/h); and a few pods off their
-	// planned node (the pod, those it displaced in turn, and the last
-	// pod of a tightly packed node), at most a quarter of them: 0 or 1 in the runs here (5 once,
-	// before the first pod's node was released first, with a load average of 15). Before the
-	// launching taint, most pods ran off their planned node (13 to 19 of 20 in the runs here):
-	// the first nodes up took them before they were nominated.
-	if len(moved) > len(pods)/4 {
-		t.Errorf("%d of %d pods run off their planned node, want at most %d", len(moved), len(pods), len(pods)/4)
+	// What must hold: every pod runs on its planned node, the nodes in use are the plan's and
+	// cost what it costs. 0 pods off their planned node in the 9 runs here since the extender
+	// keeps pods for their planned node (before: 1 to 4 in most runs, and one node more than the
+	// plan in about half, $55.04 to $76.31 against $54.81; before the launching taint 13 to 19 of
+	// 20 pods). The tolerance below is for a loaded machine: at most 2 pods off their planned
+	// node, and for each of them at most one node beyond the plan, no dearer than a node of its
+	// own for that pod.
+	if len(moved) > 2 {
+		t.Errorf("%d of %d pods run off their planned node, want at most 2", len(moved), len(pods))
 	}
 	usedCost := cost(t, used)
 	// Counted on the nodes in use: a node launched for pods that then went elsewhere stays
@@ -356,8 +350,8 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 		}
 	case len(moved) > 0 && extra <= len(moved) && usedCost <= plan.CostUSDPerHour+within+1e-6:
 		// Also with no node beyond the plan: a pod that took a dearer node's room leaves its own
-		// cheaper planned node empty (a CI run: mixed-12 planned onto an inf1.xlarge ran on an
-		// inf2.24xlarge, $61.07/h against $54.81/h, within $6.26/h of the plan's).
+		// cheaper planned node empty (a CI run before the extender kept pods for their planned
+		// node: $61.07/h against $54.81/h).
 		t.Logf("%d nodes beyond the plan for the %d pods off their planned node: $%.4f/h in use, the plan $%.4f/h, tolerance $%.4f/h", extra, len(moved), usedCost, plan.CostUSDPerHour, within)
 	default:
 		t.Errorf("the nodes in use cost $%.4f/h, the plan $%.4f/h; %d nodes in use of %d launched (%v), the plan has %d; %d of 20 pods off their planned node",
