@@ -139,3 +139,33 @@ func TestUnmatchedSelectorsTriggerNoScaleUp(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDeviceTemplatesResolve: a claim's selector is user input. Whatever it says, Resolve does
+// not panic, evaluates it (Matching set), and says why when no type matches.
+func FuzzDeviceTemplatesResolve(f *testing.F) {
+	f.Add("device.attributes['neuron.aws.com'].instanceType == 'trn1.2xlarge'", int64(1), false)
+	f.Add("device.attributes['neuron.aws.com'].neuronDriverVersion == '9.99.99.0'", int64(1), false)
+	f.Add("device.attributes['neuron.aws.com'].deviceId >= 8", int64(8), false)
+	f.Add("device.capacity['neuron.aws.com'].memory.compareTo(quantity('32Gi')) >= 0", int64(0), true)
+	f.Add("device.attributes['neuron.aws.com'].draDriverVersion.isGreaterThan(semver('0.2.0'))", int64(2), false)
+	f.Add("device.attributes[", int64(1), false)
+	f.Add("1 / 0 == 1", int64(1), false)
+	f.Add("'x'", int64(1), false)
+	templates := NewDeviceTemplates(nil, []*resourcev1.ResourceSlice{neuronSlice("trn1-a", "trn1.32xlarge", "2.26.5.0", "0.3.0", 16)})
+	f.Fuzz(func(t *testing.T, expr string, count int64, all bool) {
+		if len(expr) > 1024 {
+			return
+		}
+		req := DRARequest{Name: "r", Count: int(count % 64), All: all, Selectors: []string{expr}}
+		got := templates.Resolve(context.Background(), []DRARequest{req})
+		if len(got) != 1 || got[0].Matching == nil {
+			t.Fatalf("Resolve(%q) = %+v: the selector was not evaluated", expr, got)
+		}
+		if len(got[0].Matching) == 0 && got[0].Unmatched == "" {
+			t.Errorf("Resolve(%q): no type matches and no reason", expr)
+		}
+		if len(got[0].Matching) > 0 && got[0].Unmatched != "" {
+			t.Errorf("Resolve(%q): types %v match, yet %q", expr, got[0].Matching, got[0].Unmatched)
+		}
+	})
+}
