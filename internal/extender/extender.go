@@ -18,7 +18,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -172,11 +171,23 @@ func (e *Extender) Start(ctx context.Context) error {
 }
 
 // stripManagedFields drops what no decision reads and every cached pod and node would carry.
-// It writes only when there is something to drop: an object from the API server is decoded for
-// this informer alone, but the fake clientset of the tests hands out objects it still reads.
+// It changes a shallow copy, never the object it is given: an object from the API server is
+// decoded for this informer alone, but the fake clientset of the tests hands out objects it
+// still reads (and fills their managedFields), and writing to them raced with its List.
 func stripManagedFields(obj any) (any, error) {
-	if a, err := meta.Accessor(obj); err == nil && a.GetManagedFields() != nil {
-		a.SetManagedFields(nil)
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		if o.ManagedFields != nil {
+			c := *o
+			c.ManagedFields = nil
+			return &c, nil
+		}
+	case *corev1.Node:
+		if o.ManagedFields != nil {
+			c := *o
+			c.ManagedFields = nil
+			return &c, nil
+		}
 	}
 	return obj, nil
 }

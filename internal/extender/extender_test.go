@@ -805,6 +805,14 @@ func TestStripManagedFields(t *testing.T) {
 	if err != nil || out.(*corev1.Pod).ManagedFields != nil || out.(*corev1.Pod).Name != "p" {
 		t.Errorf("pod after the transform: %+v, %v", out, err)
 	}
+	if pod.ManagedFields == nil {
+		t.Error("the transform changed the object it was given (the fake clientset still reads it)")
+	}
+	node := testNode("n").obj()
+	node.ManagedFields = pod.ManagedFields
+	if out, err := stripManagedFields(node); err != nil || out.(*corev1.Node).ManagedFields != nil || node.ManagedFields == nil {
+		t.Errorf("node after the transform: %+v, %v; given: %v", out, err, node.ManagedFields)
+	}
 	tomb := cache.DeletedFinalStateUnknown{Key: "default/p", Obj: pod}
 	if out, err := stripManagedFields(tomb); err != nil || out != any(tomb) {
 		t.Errorf("a tombstone must pass unchanged: %+v, %v", out, err)
