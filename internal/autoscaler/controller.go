@@ -165,10 +165,11 @@ type Controller struct {
 	restore map[string]restoreNomination
 
 	// Only the work loop touches these.
-	tracked    map[string]*tracked  // launching nodes by name
-	registered map[string]bool      // nodes that have registered: never launching again
-	retired    map[string]bool      // names of nodes this controller deleted
-	emptySince map[string]time.Time // empty launched nodes, since when
+	tracked    map[string]*tracked                                            // launching nodes by name
+	plan       func([]PodDemand, []NodeOption, Options) (ScaleUp, []Decision) // Plan (tests replace it)
+	registered map[string]bool                                                // nodes that have registered: never launching again
+	retired    map[string]bool                                                // names of nodes this controller deleted
+	emptySince map[string]time.Time                                           // empty launched nodes, since when
 	// cordoned are the nodes this controller cordoned to remove them and has neither removed
 	// nor uncordoned yet (an uncordon that failed is retried at the next round).
 	cordoned map[string]bool
@@ -232,7 +233,7 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	}
 	return &Controller{
 		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{}, restore: map[string]restoreNomination{},
-		tracked: map[string]*tracked{}, registered: map[string]bool{}, retired: map[string]bool{}, emptySince: map[string]time.Time{}, cordoned: map[string]bool{},
+		plan: Plan, tracked: map[string]*tracked{}, registered: map[string]bool{}, retired: map[string]bool{}, emptySince: map[string]time.Time{}, cordoned: map[string]bool{},
 		emitted: map[string]time.Time{}, upSince: map[string]time.Time{}, released: map[string]time.Time{}, placedLast: map[string]string{},
 	}, nil
 }
@@ -1172,9 +1173,14 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 			existing.Devices += t.Devices
 		}
 	}
-	plan, decisions := Plan(ok, launching, Options{
+	plan, decisions, err := safePlan(c.plan, ok, launching, Options{
 		Catalog: c.o.Catalog, Policy: c.o.Policy, Families: c.o.Families, MaxNodes: c.o.MaxNodes, MaxDevices: c.o.MaxDevices, Existing: existing,
 	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Planning failed: nothing is launched this round; the next round plans again", "pendingPods", len(ok))
+		c.metrics.decisions.WithLabelValues(reasonPlanningFailed).Inc()
+		return nil
+	}
 	// Launch the new nodes; failed[k] says why node k was not launched. names[k] is the name node
 	// k was requested under (NodeName), nodeNames[k] the name it registers under, as the
 	// provider reports it: the pods are nominated to that one. They differ on EC2, where the
@@ -1312,6 +1318,22 @@ func (c *Controller) nominate(ctx context.Context, pod *corev1.Pod, node string)
 		return false
 	}
 	return true
+}
+
+// reasonPlanningFailed is the decisions metric's reason for a round whose planning failed.
+const reasonPlanningFailed = "PlanningFailed"
+
+// safePlan is Plan, with a panic of the planner (an inconsistency it checks for: a bug) turned
+// into an error, so that the controller logs it and goes on serving, rather than crashing in a
+// loop on the same pending pods.
+func safePlan(plan func([]PodDemand, []NodeOption, Options) (ScaleUp, []Decision), pending []PodDemand, launching []NodeOption, opts Options) (up ScaleUp, decisions []Decision, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the planner failed on %d pending pods: %v", len(pending), r)
+		}
+	}()
+	up, decisions = plan(pending, launching, opts)
+	return up, decisions, nil
 }
 
 // nodeName is NodeName, with an attempt number when that name is taken: a node of the same

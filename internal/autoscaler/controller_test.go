@@ -753,3 +753,26 @@ func metricValue(t *testing.T, c prometheus.Collector) float64 {
 	t.Fatalf("metric %v is not a counter, gauge or histogram", &m)
 	return 0
 }
+
+// TestPlannerPanicSkipsTheRound: a panic of the planner (an inconsistency it checks for, a bug)
+// is logged and the round launches nothing; the controller keeps serving, and the next round
+// plans again.
+func TestPlannerPanicSkipsTheRound(t *testing.T) {
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	c, _ := e.controller()
+	c.plan = func([]PodDemand, []NodeOption, Options) (ScaleUp, []Decision) {
+		panic("autoscaler planner: pod default/a was put on a inf1.xlarge node where it does not fit")
+	}
+	round(t, c)
+	if got := e.provider.launched(); len(got) != 0 {
+		t.Fatalf("launches %+v after a failed planning", got)
+	}
+	if v := metricValue(t, c.metrics.decisions.WithLabelValues(reasonPlanningFailed)); v != 1 {
+		t.Errorf("PlanningFailed decisions %v, want 1", v)
+	}
+	c.plan = Plan
+	round(t, c)
+	if got := e.provider.launched(); len(got) != 1 {
+		t.Fatalf("launches %+v, want one once planning works", got)
+	}
+}

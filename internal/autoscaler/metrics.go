@@ -27,7 +27,7 @@ func newMetrics() *metrics {
 		}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "neuron_autoscaler_decisions_total",
-			Help: "Decisions on pending Neuron pods, one per pod and planning round, by reason (TriggeredScaleUp, NotTriggerScaleUp, FailedScaleUp).",
+			Help: "Decisions on pending Neuron pods, one per pod and planning round, by reason (TriggeredScaleUp, NotTriggerScaleUp, FailedScaleUp; PlanningFailed once per round whose planning failed).",
 		}, []string{"reason"}),
 		launched: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "neuron_autoscaler_nodes_launched_total",
