@@ -759,9 +759,18 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 		}
 		for _, k := range pods {
 			d, ok := pending[k]
-			if at, moved := c.placedLast[k]; !ok || (moved && at != in.Name) {
-				// Not pending, or moved to another node by a later plan: offered on two nodes,
-				// the planner would count it on both, and on neither where it no longer fits.
+			if !ok {
+				continue
+			}
+			at, moved := c.placedLast[k]
+			if !moved && listed[d.Pod.Annotations[PlannedNodeAnnotation]] {
+				// A restarted controller has no placedLast: the pod's annotation names the
+				// node the last plan put it on, where an earlier node's list may still name it.
+				at, moved = d.Pod.Annotations[PlannedNodeAnnotation], true
+			}
+			if moved && at != in.Name {
+				// Moved to another node by a later plan: offered on two nodes, the planner
+				// would count it on both, and on neither where it no longer fits.
 				continue
 			}
 			opt.Pods = append(opt.Pods, d)

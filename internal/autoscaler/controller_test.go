@@ -776,3 +776,35 @@ func TestPlannerPanicSkipsTheRound(t *testing.T) {
 		t.Fatalf("launches %+v, want one once planning works", got)
 	}
 }
+
+// TestRestartCountsAPodOnItsLatestPlannedNode: a later round moved pod x from launching node A
+// to launching node B; both nodes' planned pods still name it (A's from its launch, B's from
+// SetPlannedPods). A restarted controller must count x once, on B, as its
+// kube-neuron.io/planned-node annotation says: counted on both, A looked full and a third node
+// was launched for y.
+func TestRestartCountsAPodOnItsLatestPlannedNode(t *testing.T) {
+	inf1Pod := func(name string) *podBuilder {
+		return testPod(name).devices(1).selector(labels.InstanceType, "inf1.xlarge")
+	}
+	x := pendingPod(inf1Pod("x"))
+	x.Annotations = map[string]string{PlannedNodeAnnotation: "node-b"}
+	e := newEnv(t, devicePlugin, x, pendingPod(inf1Pod("y")))
+	it, _ := topology.DefaultCatalog().Lookup("inf1.xlarge")
+	for _, name := range []string{"node-a", "node-b"} {
+		lbls := NewNodeLabels(it, labels.AllocationModeDevicePlugin)
+		lbls[LaunchedByLabel] = LaunchedByValue
+		if _, err := e.provider.Launch(context.Background(), NodeRequest{Name: name, Type: it.Name, Mode: labels.AllocationModeDevicePlugin,
+			Labels: lbls, Annotations: map[string]string{PlannedPodsAnnotation: "default/x"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, rec := e.controller()
+	round(t, c)
+	if got := e.provider.launched(); len(got) != 2 {
+		t.Errorf("launches %d, want none beyond node-a and node-b: %+v", len(got), got[2:])
+	}
+	want := "Normal TriggeredScaleUp node node-a (inf1.xlarge), already launching, will take the pod: no new node"
+	if ev := events(rec); !slices.Contains(ev, want) {
+		t.Errorf("events %q, want y on node-a: %q", ev, want)
+	}
+}
