@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -187,7 +188,7 @@ func (e *Extender) placeBesideNominated(ctx context.Context, shape *topology.Sha
 
 // waitingFor returns the node neuron-autoscaler launched for the pod
 // (labels.PlannedNodeAnnotation) while that node still holds pods off (labels.LaunchingTaintKey);
-// "" otherwise. The pod is kept off every other node meanwhile: tried while its own node is
+// "" otherwise, and once the node is older than plannedNodeHold. The pod is kept off every other node meanwhile: tried while its own node is
 // held, it would take room another launched node has for another pod (the scheduler clears its
 // nomination whenever it fails to place it, so the nomination alone does not keep it).
 func (e *Extender) waitingFor(pod *corev1.Pod) string {
@@ -199,5 +200,13 @@ func (e *Extender) waitingFor(pod *corev1.Pod) string {
 	if err != nil || !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == labels.LaunchingTaintKey }) {
 		return ""
 	}
+	if !node.CreationTimestamp.IsZero() && e.o.Now().Sub(node.CreationTimestamp.Time) > plannedNodeHold {
+		return "" // the autoscaler should have released it long ago: do not hold the pod for it
+	}
 	return name
 }
+
+// plannedNodeHold bounds how long after a node registered its planned pods are kept for it:
+// neuron-autoscaler releases a node within a minute of its serving, and deletes one that is not
+// Ready 15 minutes after its launch. Should the autoscaler stop, the pods are free again.
+const plannedNodeHold = 20 * time.Minute

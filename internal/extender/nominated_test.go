@@ -118,6 +118,20 @@ func TestPodWaitsForTheNodeLaunchedForIt(t *testing.T) {
 	if msg := failed["trn-empty"]; !strings.Contains(msg, "waits for node trn-launching, which neuron-autoscaler launched for it") {
 		t.Errorf("trn-empty's reason %q", msg)
 	}
+	// A node held far longer than the autoscaler ever holds one (the autoscaler stopped) holds
+	// nothing.
+	stale := launching.DeepCopy()
+	stale.Name = "trn-stale"
+	stale.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
+	if _, err := client.CoreV1().Nodes().Create(ctx, stale, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the informer to show trn-stale", func() bool { _, err := e.nodes.Get("trn-stale"); return err == nil })
+	old := testPod("old-plan").neuron(1).obj()
+	old.Annotations[labels.PlannedNodeAnnotation] = "trn-stale"
+	if passed, _, _ := e.Filter(ctx, old, []string{"trn-empty"}); len(passed) != 1 {
+		t.Errorf("a node launched an hour ago and never released kept the pod off trn-empty: %v", passed)
+	}
 	// Released: the taint is gone, the pod may go anywhere.
 	launching.Spec.Taints = nil
 	if _, err := client.CoreV1().Nodes().Update(ctx, launching, metav1.UpdateOptions{}); err != nil {
