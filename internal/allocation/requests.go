@@ -88,3 +88,18 @@ func Plan(u *topology.Usage, reqs []Request, policy topology.Policy) ([]Containe
 	}
 	return out, score, nil
 }
+
+// PackingWeight orders pods for packing a node, largest first, as neuron-autoscaler's planner
+// packs them and the scheduler extender places the pods nominated to a node: a device counts 1,
+// a core one half, whatever the node's cores per device.
+func PackingWeight(reqs []Request) float64 {
+	w := 0.0
+	for _, r := range reqs {
+		if r.Resource == topology.ResourceNeuronCore {
+			w += float64(r.Count) / 2
+		} else {
+			w += float64(r.Count)
+		}
+	}
+	return w
+}

@@ -333,14 +333,7 @@ func (p *planner) unknownOnly(i int) bool {
 // weight orders pods for packing, largest first: devices, a core as half a device, a DRA All
 // request above everything.
 func weight(d PodDemand) float64 {
-	w := 0.0
-	for _, r := range d.Requests {
-		if r.Resource == topology.ResourceNeuronCore {
-			w += float64(r.Count) / 2
-		} else {
-			w += float64(r.Count)
-		}
-	}
+	w := allocation.PackingWeight(d.Requests)
 	for _, r := range d.DRA {
 		if r.All {
 			w += 1000

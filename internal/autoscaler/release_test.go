@@ -156,16 +156,23 @@ func TestControllerReleasesANodeOnceItsPodsAreNominated(t *testing.T) {
 	}
 }
 
+// twoLaunchingNodes launches an inf1.xlarge for pod a and an inf2.xlarge for pod b, and returns
+// their names.
+func twoLaunchingNodes(t *testing.T) (e *env, c *Controller, a, b string) {
+	t.Helper()
+	e = newEnv(t, devicePlugin,
+		pendingPod(testPod("a").devices(1).selector(labels.InstanceType, "inf1.xlarge")),
+		pendingPod(testPod("b").devices(1).selector(labels.InstanceType, "inf2.xlarge")))
+	c, _ = e.controller()
+	round(t, c)
+	return e, c, NodeName("inf1.xlarge", []string{"default/a"}), NodeName("inf2.xlarge", []string{"default/b"})
+}
+
 // TestControllerReleasesLaunchingNodesTogether: a node that serves waits for the other launching
 // nodes that hold pods planned onto them, so that a pod whose node is still booting cannot take
 // room planned for another pod; it waits releaseWait at most.
 func TestControllerReleasesLaunchingNodesTogether(t *testing.T) {
-	e := newEnv(t, devicePlugin,
-		pendingPod(testPod("a").devices(1).selector(labels.InstanceType, "inf1.xlarge")),
-		pendingPod(testPod("b").devices(1).selector(labels.InstanceType, "inf2.xlarge")))
-	c, _ := e.controller()
-	round(t, c)
-	a, b := NodeName("inf1.xlarge", []string{"default/a"}), NodeName("inf2.xlarge", []string{"default/b"})
+	e, c, a, b := twoLaunchingNodes(t)
 	if got := e.provider.launched(); len(got) != 2 {
 		t.Fatalf("launches %+v, want %s and %s", got, a, b)
 	}
@@ -197,12 +204,7 @@ func TestControllerReleasesLaunchingNodesTogether(t *testing.T) {
 // TestControllerReleasesServingNodesInOneRound: nodes that all serve with their pods nominated
 // are released in the same round.
 func TestControllerReleasesServingNodesInOneRound(t *testing.T) {
-	e := newEnv(t, devicePlugin,
-		pendingPod(testPod("a").devices(1).selector(labels.InstanceType, "inf1.xlarge")),
-		pendingPod(testPod("b").devices(1).selector(labels.InstanceType, "inf2.xlarge")))
-	c, _ := e.controller()
-	round(t, c)
-	a, b := NodeName("inf1.xlarge", []string{"default/a"}), NodeName("inf2.xlarge", []string{"default/b"})
+	e, c, a, b := twoLaunchingNodes(t)
 	e.putNode(c, heldNode(a, "inf1.xlarge", t0, true))
 	e.putNode(c, heldNode(b, "inf2.xlarge", t0, false))
 	round(t, c)
@@ -217,12 +219,7 @@ func TestControllerReleasesServingNodesInOneRound(t *testing.T) {
 
 // TestControllerReleasesANodeWhosePodsAreGone: deleted planned pods hold nothing.
 func TestControllerReleasesANodeWhosePodsAreGone(t *testing.T) {
-	e := newEnv(t, devicePlugin,
-		pendingPod(testPod("a").devices(1).selector(labels.InstanceType, "inf1.xlarge")),
-		pendingPod(testPod("b").devices(1).selector(labels.InstanceType, "inf2.xlarge")))
-	c, _ := e.controller()
-	round(t, c)
-	a := NodeName("inf1.xlarge", []string{"default/a"})
+	e, c, a, _ := twoLaunchingNodes(t)
 	e.putNode(c, heldNode(a, "inf1.xlarge", t0, true))
 	// b's node never comes up, and b is deleted: a's node waits for nothing.
 	if err := e.client.CoreV1().Pods("default").Delete(context.Background(), "b", metav1.DeleteOptions{}); err != nil {

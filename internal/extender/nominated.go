@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -67,20 +68,6 @@ func (e *Extender) nominatedTo(node string, pod *corev1.Pod) []*corev1.Pod {
 	return out
 }
 
-// packingWeight orders pods as neuron-autoscaler's planner packs a node, largest first: a device
-// counts 1, a core one half.
-func packingWeight(reqs []allocation.Request) float64 {
-	w := 0.0
-	for _, r := range reqs {
-		if r.Resource == topology.ResourceNeuronCore {
-			w += float64(r.Count) / 2
-		} else {
-			w += float64(r.Count)
-		}
-	}
-	return w
-}
-
 // arrange places the pod together with the pods nominated to the node: the pod fits when it fits
 // beside every nominated pod that fits without it (a nominated pod that does not fit anyway
 // holds nothing). It tries a few orders, the autoscaler planner's first (largest first, then
@@ -95,22 +82,14 @@ func (e *Extender) arrange(u *topology.Usage, nominated []*corev1.Pod, pod *core
 		reqs   []allocation.Request
 		weight float64
 	}
-	items := []item{{pod, reqs, packingWeight(reqs)}}
+	items := []item{{pod, reqs, allocation.PackingWeight(reqs)}}
 	for _, q := range nominated {
 		r := allocation.PodRequests(q)
-		items = append(items, item{q, r, packingWeight(r)})
+		items = append(items, item{q, r, allocation.PackingWeight(r)})
 	}
 	slices.SortStableFunc(items, func(a, b item) int {
-		if a.weight != b.weight {
-			if a.weight > b.weight {
-				return -1
-			}
-			return 1
-		}
-		if c := a.pod.CreationTimestamp.Compare(b.pod.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.pod.Namespace+"/"+a.pod.Name, b.pod.Namespace+"/"+b.pod.Name)
+		return cmp.Or(cmp.Compare(b.weight, a.weight), a.pod.CreationTimestamp.Compare(b.pod.CreationTimestamp.Time),
+			strings.Compare(a.pod.Namespace+"/"+a.pod.Name, b.pod.Namespace+"/"+b.pod.Name))
 	})
 	mineAt := slices.IndexFunc(items, func(it item) bool { return it.pod == pod })
 	moved := func(to int) []item {

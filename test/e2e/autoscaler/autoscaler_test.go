@@ -65,9 +65,16 @@ func ensureDaemonSet(t *testing.T, ctx context.Context, present bool) {
 		}
 		return
 	}
-	sel := map[string]string{"app": "neuron-device-plugin"}
+	createDaemonSet(t, ctx, "neuron-device-plugin")
+}
+
+// createDaemonSet creates a DaemonSet named name with the pod label app: name in kube-system,
+// unless it exists. No DaemonSet controller runs in the lab, so it has no pods.
+func createDaemonSet(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	sel := map[string]string{"app": name}
 	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "neuron-device-plugin"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: sel},
 			Template: corev1.PodTemplateSpec{
@@ -76,7 +83,7 @@ func ensureDaemonSet(t *testing.T, ctx context.Context, present bool) {
 			},
 		},
 	}
-	if _, err := dss.Create(ctx, ds, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := framework.L.Client().AppsV1().DaemonSets(metav1.NamespaceSystem).Create(ctx, ds, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 }

@@ -3,52 +3,18 @@
 package autoscaler
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
 )
-
-// ensureDRA creates the DeviceClass the chart ships and a DRA driver DaemonSet object (without
-// pods, as on a cluster with no Neuron node yet).
-func ensureDRA(t *testing.T, ctx context.Context) {
-	t.Helper()
-	c := framework.L.Client()
-	dc := &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: autoscaler.DeviceClass},
-		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
-			CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "neuron.aws.com"`},
-		}}},
-	}
-	if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	sel := map[string]string{"app": autoscaler.DRADriverName}
-	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: autoscaler.DRADriverName},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: sel},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: sel},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "plugin", Image: "kube-neuron"}}},
-			},
-		},
-	}
-	if _, err := c.AppsV1().DaemonSets(metav1.NamespaceSystem).Create(ctx, ds, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-}
 
 // TestDRASelectorsLaunchOnlyNodesThatServe: seed 003's claim for a trn1.2xlarge with the lab's
 // Neuron driver version gets a DRA node of that type and runs; the same claim with a version no
@@ -57,7 +23,8 @@ func ensureDRA(t *testing.T, ctx context.Context) {
 // it, which could never serve it.
 func TestDRASelectorsLaunchOnlyNodesThatServe(t *testing.T) {
 	ctx, ns := setup(t)
-	ensureDRA(t, ctx)
+	framework.EnsureDeviceClass(t, ctx)
+	createDaemonSet(t, ctx, autoscaler.DRADriverName) // without pods, as with no Neuron node yet
 	c := framework.L.Client()
 	framework.Apply(t, ctx, "examples/dra/driver-version-trn1.yaml", ns)
 	pod := framework.WaitForPod(t, ctx, ns, "pod-driver-version-trn1", corev1.PodRunning, 2*time.Minute)

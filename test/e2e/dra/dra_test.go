@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -33,17 +32,7 @@ var deviceClassOnce sync.Once
 func setup(t *testing.T) (context.Context, string) {
 	t.Helper()
 	ctx := framework.Context(t)
-	deviceClassOnce.Do(func() {
-		dc := &resourcev1.DeviceClass{
-			ObjectMeta: metav1.ObjectMeta{Name: dra.DriverName},
-			Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
-				CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "neuron.aws.com"`},
-			}}},
-		}
-		if _, err := framework.L.Client().ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	})
+	deviceClassOnce.Do(func() { framework.EnsureDeviceClass(t, ctx) })
 	return ctx, framework.CreateNamespace(t, ctx)
 }
 
