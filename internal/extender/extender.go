@@ -222,6 +222,7 @@ func (e *Extender) nodeShapeLocked(name string) (*topology.Shape, error) {
 
 // nodeShapeEntry is a node's shape, or why the extender cannot serve the node.
 type nodeShapeEntry struct {
+	name  string // the node's name (internName hands it out)
 	shape *topology.Shape
 	err   error
 }
@@ -235,7 +236,7 @@ func (e *Extender) nodeShapesHandler() cache.ResourceEventHandler {
 		}
 		shape, err := e.shapeOf(node)
 		e.nodeShapesMu.Lock()
-		e.nodeShapes[node.Name] = nodeShapeEntry{shape: shape, err: err}
+		e.nodeShapes[node.Name] = nodeShapeEntry{name: node.Name, shape: shape, err: err}
 		e.nodeShapesMu.Unlock()
 	}
 	return cache.ResourceEventHandlerFuncs{

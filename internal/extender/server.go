@@ -26,28 +26,27 @@ const MaxBodyBytes = 8 << 20
 func (e *Extender) Handler(ctx context.Context) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/filter", e.serve(ctx, "filter", func(ctx context.Context, body []byte) (any, error) {
-		var args extenderv1.ExtenderArgs
-		if err := json.Unmarshal(body, &args); err != nil {
+		args, err := decodeArgs(body, e.internName)
+		if err != nil {
 			return nil, err
 		}
-		if args.Pod == nil {
+		if args.pod == nil {
 			return &extenderv1.ExtenderFilterResult{Error: "the request names no pod"}, nil
 		}
-		names := nodeNames(&args)
-		passed, failed, unresolvable := e.Filter(ctx, args.Pod, names)
-		return &extenderv1.ExtenderFilterResult{NodeNames: &passed, FailedNodes: failed, FailedAndUnresolvableNodes: unresolvable}, nil
+		passed, failed, unresolvable := e.Filter(ctx, args.pod, args.names)
+		res := &extenderv1.ExtenderFilterResult{NodeNames: &passed, FailedNodes: failed, FailedAndUnresolvableNodes: unresolvable}
+		return encodedJSON(appendFilterResult(make([]byte, 0, 64+24*len(passed)), res)), nil
 	}))
 	mux.HandleFunc("/prioritize", e.serve(ctx, "prioritize", func(ctx context.Context, body []byte) (any, error) {
-		var args extenderv1.ExtenderArgs
-		if err := json.Unmarshal(body, &args); err != nil {
+		args, err := decodeArgs(body, e.internName)
+		if err != nil {
 			return nil, err
 		}
-		if args.Pod == nil {
+		if args.pod == nil {
 			return &extenderv1.HostPriorityList{}, nil
 		}
-		names := nodeNames(&args)
-		list := relativeScores(names, e.Prioritize(ctx, args.Pod, names))
-		return &list, nil
+		list := relativeScores(args.names, e.Prioritize(ctx, args.pod, args.names))
+		return encodedJSON(appendPriorityList(make([]byte, 0, 8+40*len(list)), list)), nil
 	}))
 	mux.HandleFunc("/bind", e.serve(ctx, "bind", func(ctx context.Context, body []byte) (any, error) {
 		var args extenderv1.ExtenderBindingArgs
@@ -92,7 +91,13 @@ func relativeScores(names []string, scores []int64) extenderv1.HostPriorityList 
 			lowest = s
 		}
 	}
-	list := extenderv1.HostPriorityList{}
+	above := 0
+	for _, s := range scores {
+		if s > lowest {
+			above++
+		}
+	}
+	list := make(extenderv1.HostPriorityList, 0, above)
 	for i, n := range names {
 		if s := scores[i] - lowest; s > 0 {
 			list = append(list, extenderv1.HostPriority{Host: n, Score: s})
@@ -101,18 +106,8 @@ func relativeScores(names []string, scores []int64) extenderv1.HostPriorityList 
 	return list
 }
 
-func nodeNames(args *extenderv1.ExtenderArgs) []string {
-	if args.NodeNames != nil {
-		return *args.NodeNames
-	}
-	var out []string
-	if args.Nodes != nil {
-		for _, n := range args.Nodes.Items {
-			out = append(out, n.Name)
-		}
-	}
-	return out
-}
+// encodedJSON is an answer serve writes as it is: JSON the verb encoded itself.
+type encodedJSON []byte
 
 // serve wraps a verb: POST only, capped body, 503 before the caches synced, 400 for a body that
 // is not the verb's JSON; logical errors are in the result, with status 200.
@@ -139,6 +134,12 @@ func (e *Extender) serve(ctx context.Context, verb string, fn func(context.Conte
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		if raw, ok := res.(encodedJSON); ok {
+			if _, err := w.Write(raw); err != nil {
+				klog.FromContext(ctx).V(2).Info("Writing a response failed", "verb", verb, "err", err)
+			}
+			return
+		}
 		if err := json.NewEncoder(w).Encode(res); err != nil {
 			klog.FromContext(ctx).V(2).Info("Writing a response failed", "verb", verb, "err", err)
 		}

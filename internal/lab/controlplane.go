@@ -101,10 +101,11 @@ type ControlPlane struct {
 	restConfig *rest.Config
 	auditLog   string
 
-	mu      sync.Mutex
-	procs   []labProcess // in start order
-	stopped bool
-	stopErr error
+	mu         sync.Mutex
+	procs      []labProcess   // in start order
+	schedPorts map[string]int // secure ports of the schedulers StartScheduler started
+	stopped    bool
+	stopErr    error
 }
 
 type labProcess struct {
@@ -404,6 +405,7 @@ func (c *ControlPlane) StartScheduler(ctx context.Context, name string, config [
 		"--config=" + cfgPath,
 		"--authentication-kubeconfig=" + c.kubeconfig,
 		"--authorization-kubeconfig=" + c.kubeconfig,
+		"--client-ca-file=" + c.pki.CACert, // lab client certificates authenticate (SchedulerURL)
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(ports[0]),
 	})
@@ -416,7 +418,26 @@ func (c *ControlPlane) StartScheduler(ctx context.Context, name string, config [
 		c.stopOne(p)
 		return err
 	}
+	c.mu.Lock()
+	if c.schedPorts == nil {
+		c.schedPorts = map[string]int{}
+	}
+	c.schedPorts[name] = ports[0]
+	c.mu.Unlock()
 	return nil
+}
+
+// SchedulerURL is the https URL of the secure port of a scheduler StartScheduler started (its
+// /healthz, /metrics and /debug/pprof; the admin client certificate is authorized), or false.
+// The port stays known after the scheduler stops.
+func (c *ControlPlane) SchedulerURL(name string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	port, ok := c.schedPorts[name]
+	if !ok {
+		return "", false
+	}
+	return "https://127.0.0.1:" + strconv.Itoa(port), true
 }
 
 // stopOne stops a process that failed to become ready and forgets it.

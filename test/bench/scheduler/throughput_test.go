@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -26,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -58,25 +61,27 @@ const (
 )
 
 type settings struct {
-	nodes, pods int
-	extenderQPS int    // client QPS of both extenders (burst twice that)
-	out         string // file for the report, "" to print only
-	cpuProfile  string // CPU profile of the test process during the ours run
-	apiProfiles string // directory for CPU profiles of the kube-apiserver, one per run
-	keep        bool   // keep the lab directory
-	kinds       []string
+	nodes, pods   int
+	extenderQPS   int    // client QPS of both extenders (burst twice that)
+	out           string // file for the report, "" to print only
+	cpuProfile    string // CPU profile of the test process during the ours run (cpuProfilePath for the others)
+	apiProfiles   string // directory for CPU profiles of the kube-apiserver, one per run
+	schedProfiles string // directory for CPU profiles of the scheduler under test, one per run
+	keep          bool   // keep the lab directory
+	kinds         []string
 }
 
 func loadSettings(b *testing.B) settings {
 	return settings{
-		nodes:       benchutil.EnvInt(b, "BENCH_NODES", 500),
-		pods:        benchutil.EnvInt(b, "BENCH_PODS", 2000),
-		extenderQPS: benchutil.EnvInt(b, "BENCH_EXTENDER_QPS", 200), // neuron-scheduler-extender's own setting
-		out:         os.Getenv("BENCH_OUT"),
-		cpuProfile:  os.Getenv("BENCH_CPUPROFILE"),
-		apiProfiles: os.Getenv("BENCH_APISERVER_PROFILES"),
-		keep:        os.Getenv("BENCH_KEEP") != "",
-		kinds:       kinds(b),
+		nodes:         benchutil.EnvInt(b, "BENCH_NODES", 500),
+		pods:          benchutil.EnvInt(b, "BENCH_PODS", 2000),
+		extenderQPS:   benchutil.EnvInt(b, "BENCH_EXTENDER_QPS", 200), // neuron-scheduler-extender's own setting
+		out:           os.Getenv("BENCH_OUT"),
+		cpuProfile:    os.Getenv("BENCH_CPUPROFILE"),
+		apiProfiles:   os.Getenv("BENCH_APISERVER_PROFILES"),
+		schedProfiles: os.Getenv("BENCH_SCHEDULER_PROFILES"),
+		keep:          os.Getenv("BENCH_KEEP") != "",
+		kinds:         kinds(b),
 	}
 }
 
@@ -294,8 +299,8 @@ func (e *env) run(ctx context.Context, kind string, iter int) (r result, err err
 	if verbs != nil {
 		verbs0, api0, limiter0 = verbs.snapshot(), counter.snapshot(), limiter.waited.Load()
 	}
-	if e.s.cpuProfile != "" && isOurs(kind) {
-		f, err := os.Create(e.s.cpuProfile)
+	if e.s.cpuProfile != "" && kind != kindPlain {
+		f, err := os.Create(cpuProfilePath(e.s.cpuProfile, kind))
 		if err != nil {
 			return r, err
 		}
@@ -315,24 +320,32 @@ func (e *env) run(ctx context.Context, kind string, iter int) (r result, err err
 			err = serr
 		}
 	}()
-	var profiled chan error
+	var profiles []chan error
 	if e.s.apiProfiles != "" {
-		profiled = make(chan error, 1)
+		profiled := make(chan error, 1)
 		go func() {
 			profiled <- e.apiserverProfile(runCtx, filepath.Join(e.s.apiProfiles, "apiserver-"+kind+".prof"))
 		}()
+		profiles = append(profiles, profiled)
+	}
+	if e.s.schedProfiles != "" {
+		profiled := make(chan error, 1)
+		go func() {
+			profiled <- e.schedulerProfile(runCtx, name, filepath.Join(e.s.schedProfiles, "scheduler-"+kind+".prof"))
+		}()
+		profiles = append(profiles, profiled)
 	}
 	first, last, err := w.wait(ctx, e.cp.LogPath(name))
 	if err != nil {
 		return r, err
 	}
-	if profiled != nil {
+	for _, profiled := range profiles {
 		if err := <-profiled; err != nil {
 			return r, err
 		}
 	}
 	cpu1 := cpuSeconds(e.cp)
-	if e.s.cpuProfile != "" && isOurs(kind) {
+	if e.s.cpuProfile != "" && kind != kindPlain {
 		pprof.StopCPUProfile()
 	}
 	r.wall, r.drain = last.Sub(start), last.Sub(first)
@@ -391,6 +404,55 @@ func (e *env) apiserverProfile(ctx context.Context, path string) error {
 		return err
 	}
 	return os.WriteFile(path, raw, 0o644)
+}
+
+// schedulerProfile writes a CPU profile of the scheduler under test taken from its
+// /debug/pprof over the first seconds of the drain. The request carries the admin client
+// certificate (delegated authentication and authorization); the scheduler's serving
+// certificate is its own self-signed one on loopback, so it is not verified.
+func (e *env) schedulerProfile(ctx context.Context, name, path string) error {
+	url, ok := e.cp.SchedulerURL(name)
+	if !ok {
+		return fmt.Errorf("profiling %s: the lab does not know its port", name)
+	}
+	cfg := e.cp.RESTConfig()
+	cfg.TLSClientConfig = rest.TLSClientConfig{Insecure: true, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, CertData: cfg.CertData, KeyData: cfg.KeyData}
+	cfg.CAFile, cfg.CAData = "", nil
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return fmt.Errorf("profiling %s: %w", name, err)
+	}
+	seconds := max(1, e.s.pods/250)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", url, seconds), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Transport: rt, Timeout: time.Duration(seconds+30) * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("profiling %s: %w", name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("profiling %s: %w", name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profiling %s: %s: %s", name, resp.Status, raw)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, raw, 0o644)
+}
+
+// cpuProfilePath is where the test process's CPU profile of a run goes: BENCH_CPUPROFILE for
+// ours, with -<kind> before the extension for the other extenders.
+func cpuProfilePath(path, kind string) string {
+	if kind == kindOurs {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-" + kind + ext
 }
 
 func isOurs(kind string) bool { return kind == kindOurs || kind == kindOursNoPrio }

@@ -1,0 +1,287 @@
+package extender
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	jsonv1 "github.com/go-json-experiment/json/v1"
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// The kube-scheduler sends every pod twice per scheduling cycle, to filter and to prioritize,
+// with the names of up to a few hundred nodes. Decoding that with encoding/json took more CPU
+// than filtering (make bench-scheduler; docs/scheduler-extender.md, Throughput), so the
+// extender reads it with the encoding/json/v2 implementation (github.com/go-json-experiment/json,
+// which mirrors the standard library's encoding/json/v2 and becomes an alias of it on Go 1.27),
+// and takes the node names' strings from the nodes it knows instead of allocating one per name.
+// The JSON accepted is the JSON encoding/json accepts for extenderv1.ExtenderArgs: member names
+// match case-insensitively, the last of duplicate members wins (FuzzDecodeArgs compares the two).
+
+// v1Semantics decodes the pod as encoding/json would: case-insensitive member names, duplicate
+// members, invalid UTF-8 replaced, the legacy UnmarshalJSON methods of the API types.
+var v1Semantics = jsonv1.DefaultOptionsV1()
+
+// extenderArgs is an ExtenderArgs request: the pod (nil for a JSON null or no "Pod") and the
+// candidate node names, from NodeNames (nodeCacheCapable) or from the items of Nodes.
+type extenderArgs struct {
+	pod   *corev1.Pod
+	names []string
+}
+
+// nodeNameList is what the extender reads of a NodeList: the names.
+type nodeNameList struct {
+	Items []struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	} `json:"items"`
+}
+
+// decodeArgs reads an ExtenderArgs body. intern returns the string of a node name it knows
+// (without allocating) or "" and false; nil interns nothing.
+func decodeArgs(body []byte, intern func([]byte) (string, bool)) (extenderArgs, error) {
+	args, err := decodeArgsJSON(body, intern)
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF) && len(bytes.TrimSpace(body)) == 0:
+		err = errors.New("the body is empty (unexpected end of JSON input)")
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		err = fmt.Errorf("unexpected end of JSON input: %w", err)
+	}
+	return args, err
+}
+
+func decodeArgsJSON(body []byte, intern func([]byte) (string, bool)) (extenderArgs, error) {
+	var args extenderArgs
+	// A bytes.Buffer is parsed in place, without a copy.
+	dec := jsontext.NewDecoder(bytes.NewBuffer(body), v1Semantics)
+	switch kind := dec.PeekKind(); kind {
+	case 'n':
+		if _, err := dec.ReadToken(); err != nil {
+			return args, err
+		}
+		return args, atEnd(dec)
+	case '{':
+	case 0:
+		_, err := dec.ReadToken()
+		return args, err
+	default:
+		return args, fmt.Errorf("the body is a JSON %s, not an object", kindName(kind))
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return args, err
+	}
+	var nodes *nodeNameList
+	var names []string
+	var haveNames bool
+	for dec.PeekKind() != '}' {
+		key, err := dec.ReadValue()
+		if err != nil {
+			return args, err
+		}
+		// The decoder checked the syntax: AppendUnquote can only report invalid UTF-8, which it
+		// replaces with U+FFFD as encoding/json does.
+		name, _ := jsontext.AppendUnquote(nil, key)
+		// Into the same variables each time: a member that comes twice merges as encoding/json
+		// merges it.
+		switch {
+		case bytes.EqualFold(name, []byte("Pod")):
+			if err := jsonv2.UnmarshalDecode(dec, &args.pod, v1Semantics); err != nil {
+				return args, fmt.Errorf("member Pod: %w", err)
+			}
+		case bytes.EqualFold(name, []byte("NodeNames")):
+			if names, haveNames, err = decodeNames(dec, intern); err != nil {
+				return args, fmt.Errorf("member NodeNames: %w", err)
+			}
+		case bytes.EqualFold(name, []byte("Nodes")):
+			if err := jsonv2.UnmarshalDecode(dec, &nodes, v1Semantics); err != nil {
+				return args, fmt.Errorf("member Nodes: %w", err)
+			}
+		default:
+			if err := dec.SkipValue(); err != nil {
+				return args, err
+			}
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return args, err
+	}
+	if err := atEnd(dec); err != nil {
+		return args, err
+	}
+	// NodeNames when present (nodeCacheCapable), else the names of Nodes.
+	switch {
+	case haveNames:
+		args.names = names
+	case nodes != nil:
+		for _, n := range nodes.Items {
+			args.names = append(args.names, n.Metadata.Name)
+		}
+	}
+	return args, nil
+}
+
+// decodeNames reads a JSON array of strings, or null (ok false).
+func decodeNames(dec *jsontext.Decoder, intern func([]byte) (string, bool)) (names []string, ok bool, err error) {
+	switch kind := dec.PeekKind(); kind {
+	case 'n':
+		_, err := dec.ReadToken()
+		return nil, false, err
+	case '[':
+	case 0:
+		_, err := dec.ReadToken()
+		return nil, false, err
+	default:
+		return nil, false, fmt.Errorf("want an array of node names, not a JSON %s", kindName(kind))
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, false, err
+	}
+	names = []string{}
+	var buf []byte
+	for dec.PeekKind() != ']' {
+		v, err := dec.ReadValue()
+		if err != nil {
+			return nil, false, err
+		}
+		if v.Kind() != '"' {
+			return nil, false, fmt.Errorf("want an array of node names, found a JSON %s", kindName(v.Kind()))
+		}
+		// A name without escapes is the bytes between the quotes.
+		raw := []byte(v[1 : len(v)-1])
+		if bytes.IndexByte(raw, '\\') >= 0 || !isASCII(raw) {
+			buf, _ = jsontext.AppendUnquote(buf[:0], v) // as for member names in decodeArgsJSON
+			raw = buf
+		}
+		if intern != nil {
+			if s, ok := intern(raw); ok {
+				names = append(names, s)
+				continue
+			}
+		}
+		names = append(names, string(raw))
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, false, err
+	}
+	return names, true, nil
+}
+
+// isASCII reports whether b is ASCII (the fast path of node names); anything else goes
+// through AppendUnquote, which replaces invalid UTF-8 as encoding/json does.
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// atEnd fails when anything but white space follows the top-level value.
+func atEnd(dec *jsontext.Decoder) error {
+	if _, err := dec.ReadToken(); err != io.EOF {
+		if err == nil {
+			return errors.New("the body has data after its JSON value")
+		}
+		return err
+	}
+	return nil
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 'f', 't':
+		return "boolean"
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	}
+	return "value"
+}
+
+// internName is decodeArgs's intern: the string of a node the node informer delivered.
+func (e *Extender) internName(b []byte) (string, bool) {
+	e.nodeShapesMu.RLock()
+	ns, ok := e.nodeShapes[string(b)]
+	e.nodeShapesMu.RUnlock()
+	return ns.name, ok
+}
+
+// appendQuote appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as encoding/json
+// writes it (AppendQuote reports it as an error after appending).
+func appendQuote(b []byte, s string) []byte {
+	b, _ = jsontext.AppendQuote(b, s)
+	return b
+}
+
+// appendFilterResult encodes a filter answer as encoding/json encodes an
+// extenderv1.ExtenderFilterResult (map keys sorted; Nodes is never set with
+// nodeCacheCapable), with the trailing newline of json.Encoder.
+func appendFilterResult(b []byte, res *extenderv1.ExtenderFilterResult) []byte {
+	b = append(b, `{"Nodes":null,"NodeNames":`...)
+	if res.NodeNames == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, n := range *res.NodeNames {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendQuote(b, n)
+		}
+		b = append(b, ']')
+	}
+	for _, m := range []struct {
+		key string
+		m   extenderv1.FailedNodesMap
+	}{{"FailedNodes", res.FailedNodes}, {"FailedAndUnresolvableNodes", res.FailedAndUnresolvableNodes}} {
+		b = append(b, `,"`+m.key+`":`...)
+		if m.m == nil {
+			b = append(b, "null"...)
+			continue
+		}
+		b = append(b, '{')
+		for i, k := range slices.Sorted(maps.Keys(m.m)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendQuote(append(appendQuote(b, k), ':'), m.m[k])
+		}
+		b = append(b, '}')
+	}
+	b = appendQuote(append(b, `,"Error":`...), res.Error)
+	return append(b, "}\n"...)
+}
+
+// appendPriorityList encodes a prioritize answer as encoding/json encodes an
+// extenderv1.HostPriorityList, with the trailing newline of json.Encoder.
+func appendPriorityList(b []byte, list extenderv1.HostPriorityList) []byte {
+	if list == nil {
+		return append(b, "null\n"...)
+	}
+	b = append(b, '[')
+	for i, h := range list {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendQuote(append(b, `{"Host":`...), h.Host)
+		b = append(strconv.AppendInt(append(b, `,"Score":`...), h.Score, 10), '}')
+	}
+	return append(b, "]\n"...)
+}

@@ -1,0 +1,214 @@
+package extender
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// decodeV1 is what decodeArgs replaces: encoding/json into the wire type, then the names as the
+// handlers used to take them.
+func decodeV1(body []byte) (extenderArgs, error) {
+	var a extenderv1.ExtenderArgs
+	if err := json.Unmarshal(body, &a); err != nil {
+		return extenderArgs{}, err
+	}
+	out := extenderArgs{pod: a.Pod}
+	switch {
+	case a.NodeNames != nil:
+		out.names = *a.NodeNames
+	case a.Nodes != nil:
+		for _, n := range a.Nodes.Items {
+			out.names = append(out.names, n.Name)
+		}
+	}
+	return out, nil
+}
+
+func TestDecodeArgs(t *testing.T) {
+	pod := testPod("p").neuron(4).obj()
+	pod.Annotations = map[string]string{"a": "b"}
+	pod.Status.NominatedNodeName = "trn-empty"
+	cacheCapable := mustJSON(t, filterArgs(pod, "trn-empty", "inf-empty"))
+	nodes := mustJSON(t, &extenderv1.ExtenderArgs{Pod: pod, Nodes: &corev1.NodeList{Items: []corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "trn-empty", Labels: map[string]string{"x": "y"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "inf-empty"}},
+	}}})
+	for _, tc := range []struct {
+		name      string
+		body      string
+		wantPod   bool
+		wantNames []string
+		wantErr   string
+	}{
+		{name: "nodeCacheCapable", body: string(cacheCapable), wantPod: true, wantNames: []string{"trn-empty", "inf-empty"}},
+		{name: "nodes", body: string(nodes), wantPod: true, wantNames: []string{"trn-empty", "inf-empty"}},
+		{name: "names win over nodes", body: `{"Nodes":{"items":[{"metadata":{"name":"a"}}]},"NodeNames":["b"]}`, wantNames: []string{"b"}},
+		{name: "null names fall back to nodes", body: `{"Nodes":{"items":[{"metadata":{"name":"a"}}]},"NodeNames":null}`, wantNames: []string{"a"}},
+		{name: "member names in any case", body: `{"pod":{"metadata":{"name":"p"}},"nodenames":["x"]}`, wantPod: true, wantNames: []string{"x"}},
+		{name: "escaped names", body: `{"NodeNames":["a\u002db","\u00e9t\u00e9"]}`, wantNames: []string{"a-b", "été"}},
+		{name: "unknown members skipped", body: `{"Extra":[1,{"a":[]}],"NodeNames":[]}`, wantNames: []string{}},
+		{name: "null", body: `null`},
+		{name: "empty object", body: ` {} `},
+		{name: "empty", body: ``, wantErr: "the body is empty (unexpected end of JSON input)"},
+		{name: "truncated", body: `{"Pod":`, wantErr: "unexpected end of JSON input"},
+		{name: "array", body: `[1,2]`, wantErr: "the body is a JSON array, not an object"},
+		{name: "names not an array", body: `{"NodeNames":"a"}`, wantErr: "NodeNames: want an array of node names, not a JSON string"},
+		{name: "a name not a string", body: `{"NodeNames":["a",1]}`, wantErr: "NodeNames: want an array of node names, found a JSON number"},
+		{name: "pod not an object", body: `{"Pod":[]}`, wantErr: "Pod: "},
+		{name: "data after the object", body: `{} {}`, wantErr: "the body has data after its JSON value"},
+		{name: "syntax", body: `{"Pod":{"metadata":}}`, wantErr: "invalid character"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decodeArgs([]byte(tc.body), nil)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				if _, v1err := decodeV1([]byte(tc.body)); v1err == nil {
+					t.Errorf("encoding/json accepts %s", tc.body)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (got.pod != nil) != tc.wantPod {
+				t.Errorf("pod %v, want one: %v", got.pod, tc.wantPod)
+			}
+			if !slices.Equal(got.names, tc.wantNames) || (got.names == nil) != (tc.wantNames == nil) {
+				t.Errorf("names %q, want %q", got.names, tc.wantNames)
+			}
+			want, err := decodeV1([]byte(tc.body))
+			if err != nil {
+				t.Fatalf("encoding/json: %v", err)
+			}
+			if !apiequality.Semantic.DeepEqual(got.pod, want.pod) {
+				t.Errorf("pod differs from encoding/json's:\n%+v\n%+v", got.pod, want.pod)
+			}
+		})
+	}
+}
+
+// TestDecodeArgsInternsKnownNames: the names of nodes the informer delivered are the informer's
+// strings, not one allocation per name and request.
+func TestDecodeArgsInternsKnownNames(t *testing.T) {
+	e, _, _ := startQuietExtender(t, false, cluster()...)
+	body := mustJSON(t, filterArgs(testPod("p").neuron(1).obj(), "trn-empty", "ghost", "inf-empty"))
+	got, err := decodeArgs(body, e.internName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.names, []string{"trn-empty", "ghost", "inf-empty"}) {
+		t.Fatalf("names %q", got.names)
+	}
+	e.nodeShapesMu.RLock()
+	defer e.nodeShapesMu.RUnlock()
+	for i, want := range map[int]bool{0: true, 1: false, 2: true} {
+		known, ok := e.nodeShapes[got.names[i]]
+		shared := ok && unsafe.StringData(known.name) == unsafe.StringData(got.names[i])
+		if shared != want {
+			t.Errorf("%s: shares the informer's string: %v, want %v", got.names[i], shared, want)
+		}
+	}
+}
+
+// FuzzDecodeArgs: whatever encoding/json decodes into ExtenderArgs, decodeArgs decodes to the
+// same pod and names, and it refuses what encoding/json refuses.
+func FuzzDecodeArgs(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `null`, ``, `{"Pod":null,"NodeNames":null}`, `{"Pod":{"metadata":{"name":"a"}},"Pod":{"spec":{}}}`,
+		`{"Nodes":{"items":[{"metadata":{"name":"a"}}]},"Nodes":{"kind":"NodeList"}}`,
+		`{"NodeNames":["a","b"],"NodeNames":["c"]}`, `{"nodeNAMES":["\u00e9", "\ud800"]}`, "{\"NodeNames\":[\"\xff\"]}",
+		`{"Pod":{"metadata":{"name":"p","uid":"u","annotations":{"k":"v"},"creationTimestamp":"2026-01-02T03:04:05Z"},"spec":{"containers":[{"name":"a","resources":{"limits":{"aws.amazon.com/neuron":"7"}}}]}},"NodeNames":["trn-empty","inf-empty"]}`,
+		`{"Pod":{"spec":{"priority":"x"}}}`, `{"Pod":{"spec":{"containers":[{"resources":{"limits":{"x":"1e3000"}}}]}}}`,
+		`[]`, `"s"`, `{"NodeNames":[1]}`, `{} x`, `{"Pod":{"metadata":{"name":1}}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Add(mustJSON(f, filterArgs(testPod("p").neuronCores(3).container("b", "aws.amazon.com/neuron", 2).obj(), allNodes...)))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := decodeArgs(body, nil)
+		want, v1err := decodeV1(body)
+		if (err == nil) != (v1err == nil) {
+			t.Fatalf("decodeArgs: %v; encoding/json: %v", err, v1err)
+		}
+		if err != nil {
+			return
+		}
+		if !apiequality.Semantic.DeepEqual(got.pod, want.pod) {
+			t.Errorf("pod differs from encoding/json's:\n%+v\n%+v", got.pod, want.pod)
+		}
+		if !slices.Equal(got.names, want.names) {
+			t.Errorf("names %q, encoding/json %q", got.names, want.names)
+		}
+	})
+}
+
+func TestAppendResults(t *testing.T) {
+	names := []string{"trn-empty", "inf-empty"}
+	for _, res := range []*extenderv1.ExtenderFilterResult{
+		{},
+		{NodeNames: &[]string{}, FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}},
+		{NodeNames: &names, FailedNodes: extenderv1.FailedNodesMap{"b": "x", "a": `quote " and <html> & \ backslash`}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"c": "é\x00\n"}, Error: "e"},
+		{Error: "invalid \xff UTF-8"},
+	} {
+		checkSameJSON(t, appendFilterResult(nil, res), res, &extenderv1.ExtenderFilterResult{})
+	}
+	for _, list := range []extenderv1.HostPriorityList{nil, {}, {{Host: "a", Score: 10}, {Host: "b<", Score: -3}}} {
+		checkSameJSON(t, appendPriorityList(nil, list), list, &extenderv1.HostPriorityList{})
+	}
+	// Plain names and messages come out byte for byte as json.Encoder writes them.
+	res := &extenderv1.ExtenderFilterResult{NodeNames: &names, FailedNodes: extenderv1.FailedNodesMap{"z": "no", "y": "fit"}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
+	var want bytes.Buffer
+	if err := json.NewEncoder(&want).Encode(res); err != nil {
+		t.Fatal(err)
+	}
+	if got := appendFilterResult(nil, res); !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("filter answer\n%s\nencoding/json\n%s", got, want.Bytes())
+	}
+}
+
+// checkSameJSON fails unless got decodes (with encoding/json, as the kube-scheduler reads it)
+// to what encoding/json's own encoding of v decodes to.
+func checkSameJSON[T any](t *testing.T, got []byte, v any, into *T) {
+	t.Helper()
+	if !bytes.HasSuffix(got, []byte("\n")) || !json.Valid(got) {
+		t.Fatalf("not one JSON value and a newline: %q", got)
+	}
+	want, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b T
+	if err := json.Unmarshal(got, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(want, &b); err != nil {
+		t.Fatal(err)
+	}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if !bytes.Equal(ja, jb) {
+		t.Errorf("decodes to\n%s\nencoding/json's to\n%s", ja, jb)
+	}
+}
+
+func FuzzAppendResults(f *testing.F) {
+	f.Add("trn-empty", "no room", "é\xff<>&\u2028", int64(3))
+	f.Fuzz(func(t *testing.T, name, msg, other string, score int64) {
+		names := []string{name, other}
+		res := &extenderv1.ExtenderFilterResult{NodeNames: &names, FailedNodes: extenderv1.FailedNodesMap{name: msg, other: msg + other}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{msg: other}, Error: other}
+		checkSameJSON(t, appendFilterResult(nil, res), res, &extenderv1.ExtenderFilterResult{})
+		list := extenderv1.HostPriorityList{{Host: name, Score: score}, {Host: other, Score: -score}}
+		checkSameJSON(t, appendPriorityList(nil, list), list, &extenderv1.HostPriorityList{})
+	})
+}
