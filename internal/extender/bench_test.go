@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/go-logr/logr"
 
@@ -225,6 +226,67 @@ func BenchmarkHandler(b *testing.B) {
 				tc.h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, tc.path, bytes.NewReader(body)))
 				if w.Code != http.StatusOK {
 					b.Fatalf("%s: %d %s", tc.path, w.Code, w.Body)
+				}
+			}
+		})
+	}
+}
+
+// schedulerPod is a one-core pod as the kube-scheduler sends it: defaulted by the API server,
+// with the service account volume and the default tolerations.
+func schedulerPod() *corev1.Pod {
+	pod := testPod("bench-00042").neuronCores(1).obj()
+	pod.UID, pod.ResourceVersion, pod.CreationTimestamp = "5f0c6a4e-3a52-4d2f-9a53-8f1e2d3c4b5a", "123456", metav1.Now()
+	pod.Labels = map[string]string{"kube-neuron.io/bench-run": "ours"}
+	pod.Spec.SchedulerName, pod.Spec.RestartPolicy, pod.Spec.DNSPolicy = "my-scheduler", corev1.RestartPolicyAlways, corev1.DNSClusterFirst
+	pod.Spec.ServiceAccountName, pod.Spec.TerminationGracePeriodSeconds = "default", ptr.To[int64](30)
+	pod.Spec.SecurityContext, pod.Spec.EnableServiceLinks, pod.Spec.Priority = &corev1.PodSecurityContext{}, ptr.To(true), ptr.To[int32](0)
+	pod.Spec.PreemptionPolicy = ptr.To(corev1.PreemptLowerPriority)
+	pod.Spec.Tolerations = []corev1.Toleration{
+		{Key: "aws.amazon.com/neuron", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
+		{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
+	}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "kube-api-access-abcde", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: ptr.To[int32](420),
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+		},
+	}}}}
+	c := &pod.Spec.Containers[0]
+	c.Image, c.ImagePullPolicy, c.TerminationMessagePath, c.TerminationMessagePolicy = "registry.k8s.io/pause:3.10", corev1.PullIfNotPresent, "/dev/termination-log", corev1.TerminationMessageReadFile
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "kube-api-access-abcde", ReadOnly: true, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBestEffort}
+	return pod
+}
+
+// BenchmarkDecodeArgs decodes a filter request (the pod and 250 node names) with encoding/json
+// into extenderv1.ExtenderArgs, as the handlers did, and with decodeArgs, with and without the
+// names interned.
+func BenchmarkDecodeArgs(b *testing.B) {
+	names := make([]string, 250)
+	known := map[string]string{}
+	for i := range names {
+		names[i] = fmt.Sprintf("bench-node-%04d", i)
+		known[names[i]] = names[i]
+	}
+	body := mustJSON(b, &extenderv1.ExtenderArgs{Pod: schedulerPod(), NodeNames: &names})
+	intern := func(b []byte) (string, bool) { s, ok := known[string(b)]; return s, ok }
+	for _, tc := range []struct {
+		name   string
+		decode func() error
+	}{
+		{"encoding/json", func() error { var a extenderv1.ExtenderArgs; return json.Unmarshal(body, &a) }},
+		{"decodeArgs", func() error { _, err := decodeArgs(body, nil); return err }},
+		{"decodeArgs-interned", func() error { _, err := decodeArgs(body, intern); return err }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if err := tc.decode(); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})
