@@ -303,8 +303,7 @@ func (e *Extender) Filter(ctx context.Context, pod *corev1.Pod, names []string) 
 		names = kept
 	}
 	passed = make([]string, 0, len(names))
-	var gens []uint64
-	var scores []int64
+	gens, scores := make([]uint64, 0, len(names)), make([]int64, 0, len(names))
 	for i, r := range e.placeAll(ctx, names, pod, reqs, key) {
 		name := names[i]
 		if r.err == nil {

@@ -7,9 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -35,7 +35,7 @@ func (e *Extender) Handler(ctx context.Context) http.Handler {
 		}
 		passed, failed, unresolvable := e.Filter(ctx, args.pod, args.names)
 		res := &extenderv1.ExtenderFilterResult{NodeNames: &passed, FailedNodes: failed, FailedAndUnresolvableNodes: unresolvable}
-		return encodedJSON(appendFilterResult(make([]byte, 0, 64+24*len(passed)), res)), nil
+		return encodedJSON(appendFilterResult(getBuf(), res)), nil
 	}))
 	mux.HandleFunc("/prioritize", e.serve(ctx, "prioritize", func(ctx context.Context, body []byte) (any, error) {
 		args, err := decodeArgs(body, e.internName)
@@ -46,7 +46,7 @@ func (e *Extender) Handler(ctx context.Context) http.Handler {
 			return &extenderv1.HostPriorityList{}, nil
 		}
 		list := relativeScores(args.names, e.Prioritize(ctx, args.pod, args.names))
-		return encodedJSON(appendPriorityList(make([]byte, 0, 8+40*len(list)), list)), nil
+		return encodedJSON(appendPriorityList(getBuf(), list)), nil
 	}))
 	mux.HandleFunc("/bind", e.serve(ctx, "bind", func(ctx context.Context, body []byte) (any, error) {
 		var args extenderv1.ExtenderBindingArgs
@@ -106,7 +106,8 @@ func relativeScores(names []string, scores []int64) extenderv1.HostPriorityList 
 	return list
 }
 
-// encodedJSON is an answer serve writes as it is: JSON the verb encoded itself.
+// encodedJSON is an answer serve writes as it is: JSON the verb encoded itself into a buffer
+// of bufs, which serve returns to the pool.
 type encodedJSON []byte
 
 // serve wraps a verb: POST only, capped body, 503 before the caches synced, 400 for a body that
@@ -129,6 +130,7 @@ func (e *Extender) serve(ctx context.Context, verb string, fn func(context.Conte
 		}
 		reqCtx := klog.NewContext(r.Context(), klog.FromContext(ctx).WithValues("verb", verb))
 		res, err := fn(reqCtx, body)
+		putBuf(body)
 		if err != nil {
 			http.Error(w, fmt.Sprintf("%s: the body is not a kube-scheduler extender %s request: %v", verb, verb, err), http.StatusBadRequest)
 			return
@@ -138,6 +140,7 @@ func (e *Extender) serve(ctx context.Context, verb string, fn func(context.Conte
 			if _, err := w.Write(raw); err != nil {
 				klog.FromContext(ctx).V(2).Info("Writing a response failed", "verb", verb, "err", err)
 			}
+			putBuf(raw)
 			return
 		}
 		if err := json.NewEncoder(w).Encode(res); err != nil {
@@ -146,25 +149,37 @@ func (e *Extender) serve(ctx context.Context, verb string, fn func(context.Conte
 	}
 }
 
+// readBody reads the request body into a buffer of bufs; the caller returns it with putBuf.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	rd := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	var body []byte
-	var err error
+	buf := bytes.NewBuffer(getBuf())
 	if n := r.ContentLength; n > 0 && n <= MaxBodyBytes {
-		// One allocation of the announced size instead of io.ReadAll's doublings.
-		var buf bytes.Buffer
-		buf.Grow(int(n) + 1)
-		_, err = buf.ReadFrom(rd)
-		body = buf.Bytes()
-	} else {
-		body, err = io.ReadAll(rd)
+		buf.Grow(int(n) + 1) // one allocation of the announced size at most, instead of doublings
 	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
+		putBuf(buf.Bytes())
 		return nil, fmt.Errorf("request body larger than %d bytes", MaxBodyBytes)
 	}
 	// Any other read error leaves a truncated body, which the verb's JSON decoding rejects.
-	return body, nil
+	return buf.Bytes(), nil
+}
+
+// bufs recycles request bodies and encoded answers: the scheduler sends two bodies of a few
+// kilobytes for every pod. Nothing keeps a reference into a body past its request (decoding
+// copies strings).
+var bufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledBuf keeps the buffers of unusually large requests out of the pool.
+const maxPooledBuf = 1 << 20
+
+func getBuf() []byte { return (*bufs.Get().(*[]byte))[:0] }
+
+func putBuf(b []byte) {
+	if cap(b) > maxPooledBuf {
+		return
+	}
+	bufs.Put(&b)
 }
 
 // ServeOptions configure Serve.
