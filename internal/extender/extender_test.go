@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -910,5 +911,67 @@ func TestSameUsage(t *testing.T) {
 				t.Errorf("sameUsage = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRememberKeepsTheCachedUsage: a bind decision turns the node's cached usage into the next
+// generation's by adding the decision, so that filtering the next pod of a backlog does not
+// derive the node again; the result is what deriving it gives. A decision that overlaps what
+// the cache counts drops the cache instead.
+func TestRememberKeepsTheCachedUsage(t *testing.T) {
+	e, _, ctx := startExtender(t, cluster()...)
+	const node = "trn-partly"
+	shape, err := e.nodeShape(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.usage(ctx, shape, node, ""); err != nil { // fills the cache
+		t.Fatal(err)
+	}
+	rec := func(devices ...int) *allocation.Record {
+		return &allocation.Record{Node: node, Containers: []allocation.Container{{Name: "main", Resource: "aws.amazon.com/neuron", Devices: devices}}}
+	}
+	e.usageCache.remember(node, "uid-new", "default/new", rec(4, 5, 6, 7))
+	c := e.usageCache
+	c.mu.Lock()
+	cu, ok := c.cached[node]
+	valid := ok && cu.gen == c.gen[node]
+	c.mu.Unlock()
+	if !valid {
+		t.Fatal("the decision dropped the cached usage")
+	}
+	got, err := e.usage(ctx, shape, node, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != cu.usage {
+		t.Error("usage derived the node again instead of using the cache")
+	}
+	want, err := e.freshUsage(ctx, shape, node, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("cached usage after the decision\n%v\nderived\n%v", got.FreeDevices(), want.FreeDevices())
+	}
+	if fmt.Sprint(want.FreeDevices()) != fmt.Sprint(seqInts(8, 8)) {
+		t.Errorf("free devices %v, want 8-15", want.FreeDevices())
+	}
+
+	// Devices 3 and 8: 3 is held already (holder-partly). The cache goes; usage derives again.
+	e.usageCache.remember(node, "uid-overlap", "default/overlap", rec(3, 8))
+	c.mu.Lock()
+	cu, ok = c.cached[node]
+	valid = ok && cu.gen == c.gen[node]
+	c.mu.Unlock()
+	if valid {
+		t.Error("a decision that overlaps the cached usage kept the cache")
+	}
+	got, err = e.usage(ctx, shape, node, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := e.freshUsage(ctx, shape, node, ""); !reflect.DeepEqual(got, want) {
+		t.Errorf("usage %v, derived %v", got.FreeDevices(), want.FreeDevices())
 	}
 }

@@ -142,8 +142,34 @@ func (c *usageCache) remember(node string, uid types.UID, pod string, r *allocat
 	}
 	c.seq++
 	c.recent[node][uid] = append(c.recent[node][uid], recentBind{seq: c.seq, pod: pod, record: r})
+	// The cached usage (which counts the earlier recent decisions) plus this one is what usage
+	// would derive for the next generation: keep it, so that filtering the next pod of a
+	// backlog does not derive the node again. Bind decisions derive it afresh anyway.
+	cu, ok := c.cached[node]
+	cached := ok && cu.gen == c.gen[node]
 	c.gen[node]++
+	if cached {
+		if u, ok := withRecord(cu.usage, cu.shape, r); ok {
+			c.cached[node] = cachedUsage{gen: c.gen[node], shape: cu.shape, usage: u}
+		}
+	}
 	return c.seq
+}
+
+// withRecord returns a copy of u with every container of r allocated, or false when one does
+// not apply (it overlaps what u counts or does not fit the shape).
+func withRecord(u *topology.Usage, shape *topology.Shape, r *allocation.Record) (*topology.Usage, bool) {
+	out := u.Clone()
+	for _, ctr := range r.Containers {
+		hw, err := ctr.Hardware(shape)
+		if err == nil {
+			err = out.Allocate(hw)
+		}
+		if err != nil {
+			return nil, false
+		}
+	}
+	return out, true
 }
 
 // failedBind notes a decision whose Binding failed: nothing of it will appear, and it no
