@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -34,8 +35,7 @@ func (e *Extender) Handler(ctx context.Context) http.Handler {
 			return &extenderv1.ExtenderFilterResult{Error: "the request names no pod"}, nil
 		}
 		passed, failed, unresolvable := e.Filter(ctx, args.pod, args.names)
-		res := &extenderv1.ExtenderFilterResult{NodeNames: &passed, FailedNodes: failed, FailedAndUnresolvableNodes: unresolvable}
-		return encodedJSON(appendFilterResult(getBuf(), res)), nil
+		return &extenderv1.ExtenderFilterResult{NodeNames: &passed, FailedNodes: failed, FailedAndUnresolvableNodes: unresolvable}, nil
 	}))
 	mux.HandleFunc("/prioritize", e.serve(ctx, "prioritize", func(ctx context.Context, body []byte) (any, error) {
 		args, err := decodeArgs(body, e.internName)
@@ -46,7 +46,7 @@ func (e *Extender) Handler(ctx context.Context) http.Handler {
 			return &extenderv1.HostPriorityList{}, nil
 		}
 		list := relativeScores(args.names, e.Prioritize(ctx, args.pod, args.names))
-		return encodedJSON(appendPriorityList(getBuf(), list)), nil
+		return &list, nil
 	}))
 	mux.HandleFunc("/bind", e.serve(ctx, "bind", func(ctx context.Context, body []byte) (any, error) {
 		var args extenderv1.ExtenderBindingArgs
@@ -106,10 +106,6 @@ func relativeScores(names []string, scores []int64) extenderv1.HostPriorityList 
 	return list
 }
 
-// encodedJSON is an answer serve writes as it is: JSON the verb encoded itself into a buffer
-// of bufs, which serve returns to the pool.
-type encodedJSON []byte
-
 // serve wraps a verb: POST only, capped body, 503 before the caches synced, 400 for a body that
 // is not the verb's JSON; logical errors are in the result, with status 200.
 func (e *Extender) serve(ctx context.Context, verb string, fn func(context.Context, []byte) (any, error)) http.HandlerFunc {
@@ -136,14 +132,8 @@ func (e *Extender) serve(ctx context.Context, verb string, fn func(context.Conte
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		if raw, ok := res.(encodedJSON); ok {
-			if _, err := w.Write(raw); err != nil {
-				klog.FromContext(ctx).V(2).Info("Writing a response failed", "verb", verb, "err", err)
-			}
-			putBuf(raw)
-			return
-		}
-		if err := json.NewEncoder(w).Encode(res); err != nil {
+		// encoding/json's API and output, on the encoding/json/v2 implementation (see wire.go).
+		if err := jsonv1.NewEncoder(w).Encode(res); err != nil {
 			klog.FromContext(ctx).V(2).Info("Writing a response failed", "verb", verb, "err", err)
 		}
 	}
@@ -165,8 +155,8 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// bufs recycles request bodies and encoded answers: the scheduler sends two bodies of a few
-// kilobytes for every pod. Nothing keeps a reference into a body past its request (decoding
+// bufs recycles request bodies: the scheduler sends two bodies of a few kilobytes for every
+// pod. Nothing keeps a reference into a body past its request (decoding
 // copies strings).
 var bufs = sync.Pool{New: func() any { return new([]byte) }}
 

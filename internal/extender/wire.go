@@ -5,15 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
-	"strconv"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	jsonv1 "github.com/go-json-experiment/json/v1"
 	corev1 "k8s.io/api/core/v1"
-	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
 // The kube-scheduler sends every pod twice per scheduling cycle, to filter and to prioritize,
@@ -238,67 +234,4 @@ func (e *Extender) internName(b []byte) (string, bool) {
 	ns, ok := e.nodeShapes[string(b)]
 	e.nodeShapesMu.RUnlock()
 	return ns.name, ok
-}
-
-// appendQuote appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as encoding/json
-// writes it (AppendQuote reports it as an error after appending).
-func appendQuote(b []byte, s string) []byte {
-	b, _ = jsontext.AppendQuote(b, s)
-	return b
-}
-
-// appendFilterResult encodes a filter answer as encoding/json encodes an
-// extenderv1.ExtenderFilterResult (map keys sorted; Nodes is never set with
-// nodeCacheCapable), with the trailing newline of json.Encoder.
-func appendFilterResult(b []byte, res *extenderv1.ExtenderFilterResult) []byte {
-	b = append(b, `{"Nodes":null,"NodeNames":`...)
-	if res.NodeNames == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, n := range *res.NodeNames {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendQuote(b, n)
-		}
-		b = append(b, ']')
-	}
-	for _, m := range []struct {
-		key string
-		m   extenderv1.FailedNodesMap
-	}{{"FailedNodes", res.FailedNodes}, {"FailedAndUnresolvableNodes", res.FailedAndUnresolvableNodes}} {
-		b = append(b, `,"`+m.key+`":`...)
-		if m.m == nil {
-			b = append(b, "null"...)
-			continue
-		}
-		b = append(b, '{')
-		for i, k := range slices.Sorted(maps.Keys(m.m)) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendQuote(append(appendQuote(b, k), ':'), m.m[k])
-		}
-		b = append(b, '}')
-	}
-	b = appendQuote(append(b, `,"Error":`...), res.Error)
-	return append(b, "}\n"...)
-}
-
-// appendPriorityList encodes a prioritize answer as encoding/json encodes an
-// extenderv1.HostPriorityList, with the trailing newline of json.Encoder.
-func appendPriorityList(b []byte, list extenderv1.HostPriorityList) []byte {
-	if list == nil {
-		return append(b, "null\n"...)
-	}
-	b = append(b, '[')
-	for i, h := range list {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendQuote(append(b, `{"Host":`...), h.Host)
-		b = append(strconv.AppendInt(append(b, `,"Score":`...), h.Score, 10), '}')
-	}
-	return append(b, "]\n"...)
 }

@@ -1,7 +1,6 @@
 package extender
 
 import (
-	"bytes"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -150,65 +149,5 @@ func FuzzDecodeArgs(f *testing.F) {
 		if !slices.Equal(got.names, want.names) {
 			t.Errorf("names %q, encoding/json %q", got.names, want.names)
 		}
-	})
-}
-
-func TestAppendResults(t *testing.T) {
-	names := []string{"trn-empty", "inf-empty"}
-	for _, res := range []*extenderv1.ExtenderFilterResult{
-		{},
-		{NodeNames: &[]string{}, FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}},
-		{NodeNames: &names, FailedNodes: extenderv1.FailedNodesMap{"b": "x", "a": `quote " and <html> & \ backslash`}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"c": "é\x00\n"}, Error: "e"},
-		{Error: "invalid \xff UTF-8"},
-	} {
-		checkSameJSON(t, appendFilterResult(nil, res), res, &extenderv1.ExtenderFilterResult{})
-	}
-	for _, list := range []extenderv1.HostPriorityList{nil, {}, {{Host: "a", Score: 10}, {Host: "b<", Score: -3}}} {
-		checkSameJSON(t, appendPriorityList(nil, list), list, &extenderv1.HostPriorityList{})
-	}
-	// Plain names and messages come out byte for byte as json.Encoder writes them.
-	res := &extenderv1.ExtenderFilterResult{NodeNames: &names, FailedNodes: extenderv1.FailedNodesMap{"z": "no", "y": "fit"}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
-	var want bytes.Buffer
-	if err := json.NewEncoder(&want).Encode(res); err != nil {
-		t.Fatal(err)
-	}
-	if got := appendFilterResult(nil, res); !bytes.Equal(got, want.Bytes()) {
-		t.Errorf("filter answer\n%s\nencoding/json\n%s", got, want.Bytes())
-	}
-}
-
-// checkSameJSON fails unless got decodes (with encoding/json, as the kube-scheduler reads it)
-// to what encoding/json's own encoding of v decodes to.
-func checkSameJSON[T any](t *testing.T, got []byte, v any, into *T) {
-	t.Helper()
-	if !bytes.HasSuffix(got, []byte("\n")) || !json.Valid(got) {
-		t.Fatalf("not one JSON value and a newline: %q", got)
-	}
-	want, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var a, b T
-	if err := json.Unmarshal(got, &a); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(want, &b); err != nil {
-		t.Fatal(err)
-	}
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	if !bytes.Equal(ja, jb) {
-		t.Errorf("decodes to\n%s\nencoding/json's to\n%s", ja, jb)
-	}
-}
-
-func FuzzAppendResults(f *testing.F) {
-	f.Add("trn-empty", "no room", "é\xff<>&\u2028", int64(3))
-	f.Fuzz(func(t *testing.T, name, msg, other string, score int64) {
-		names := []string{name, other}
-		res := &extenderv1.ExtenderFilterResult{NodeNames: &names, FailedNodes: extenderv1.FailedNodesMap{name: msg, other: msg + other}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{msg: other}, Error: other}
-		checkSameJSON(t, appendFilterResult(nil, res), res, &extenderv1.ExtenderFilterResult{})
-		list := extenderv1.HostPriorityList{{Host: name, Score: score}, {Host: other, Score: -score}}
-		checkSameJSON(t, appendPriorityList(nil, list), list, &extenderv1.HostPriorityList{})
 	})
 }

@@ -9,8 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -28,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -406,16 +405,7 @@ func (e *env) run(ctx context.Context, kind string, iter int) (r result, err err
 // apiserverProfile writes a CPU profile of the kube-apiserver taken from its /debug/pprof
 // (profiling is on by default) over the first seconds of the drain.
 func (e *env) apiserverProfile(ctx context.Context, path string) error {
-	seconds := max(1, e.s.pods/250) // shorter than the drain at any throughput here
-	raw, err := e.client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-		Param("seconds", strconv.Itoa(seconds)).Timeout(time.Duration(seconds+30) * time.Second).DoRaw(ctx)
-	if err != nil {
-		return fmt.Errorf("profiling the kube-apiserver: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, raw, 0o644)
+	return e.profile(ctx, "the kube-apiserver", e.client.CoreV1().RESTClient(), path)
 }
 
 // schedulerProfile writes a CPU profile of the scheduler under test taken from its
@@ -428,28 +418,23 @@ func (e *env) schedulerProfile(ctx context.Context, name, path string) error {
 		return fmt.Errorf("profiling %s: the lab does not know its port", name)
 	}
 	cfg := e.cp.RESTConfig()
+	cfg.Host, cfg.NegotiatedSerializer = url, scheme.Codecs.WithoutConversion()
 	cfg.TLSClientConfig = rest.TLSClientConfig{Insecure: true, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, CertData: cfg.CertData, KeyData: cfg.KeyData}
-	cfg.CAFile, cfg.CAData = "", nil
-	rt, err := rest.TransportFor(cfg)
+	client, err := rest.UnversionedRESTClientFor(cfg)
 	if err != nil {
 		return fmt.Errorf("profiling %s: %w", name, err)
 	}
-	seconds := max(1, e.s.pods/250)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", url, seconds), nil)
+	return e.profile(ctx, name, client, path)
+}
+
+// profile writes a CPU profile taken from a component's /debug/pprof/profile (profiling is on
+// by default) over the first seconds of the drain.
+func (e *env) profile(ctx context.Context, what string, client rest.Interface, path string) error {
+	seconds := max(1, e.s.pods/250) // shorter than the drain at any throughput here
+	raw, err := client.Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", strconv.Itoa(seconds)).Timeout(time.Duration(seconds+30) * time.Second).DoRaw(ctx)
 	if err != nil {
-		return err
-	}
-	resp, err := (&http.Client{Transport: rt, Timeout: time.Duration(seconds+30) * time.Second}).Do(req)
-	if err != nil {
-		return fmt.Errorf("profiling %s: %w", name, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("profiling %s: %w", name, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profiling %s: %s: %s", name, resp.Status, raw)
+		return fmt.Errorf("profiling %s: %w", what, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
