@@ -70,6 +70,9 @@ type Extender struct {
 
 	usageCache *usageCache
 	memo       scoreMemo
+	// argPods and lastPassed spare prioritize decoding what filter decoded (see reuse).
+	argPods    podMemo
+	lastPassed atomic.Pointer[[]string]
 	placements placementCache
 
 	leasesMu  sync.Mutex

@@ -27,7 +27,7 @@ const MaxBodyBytes = 8 << 20
 func (e *Extender) Handler(ctx context.Context) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/filter", e.serve(ctx, "filter", func(ctx context.Context, body []byte) (any, error) {
-		args, err := decodeArgs(body, e.internName)
+		args, err := decodeArgs(body, reuse{intern: e.internName, pods: &e.argPods})
 		if err != nil {
 			return nil, err
 		}
@@ -35,10 +35,16 @@ func (e *Extender) Handler(ctx context.Context) http.Handler {
 			return &extenderv1.ExtenderFilterResult{Error: "the request names no pod"}, nil
 		}
 		passed, failed, unresolvable := e.Filter(ctx, args.pod, args.names)
+		e.lastPassed.Store(&passed)
 		return &extenderv1.ExtenderFilterResult{NodeNames: &passed, FailedNodes: failed, FailedAndUnresolvableNodes: unresolvable}, nil
 	}))
 	mux.HandleFunc("/prioritize", e.serve(ctx, "prioritize", func(ctx context.Context, body []byte) (any, error) {
-		args, err := decodeArgs(body, e.internName)
+		// The scheduler sends prioritize the pod it just sent filter, and the nodes filter passed.
+		r := reuse{intern: e.internName, pods: &e.argPods}
+		if last := e.lastPassed.Load(); last != nil {
+			r.names = *last
+		}
+		args, err := decodeArgs(body, r)
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -41,10 +42,21 @@ type nodeNameList struct {
 	} `json:"items"`
 }
 
-// decodeArgs reads an ExtenderArgs body. intern returns the string of a node name it knows
-// (without allocating) or "" and false; nil interns nothing.
-func decodeArgs(body []byte, intern func([]byte) (string, bool)) (extenderArgs, error) {
-	args, err := decodeArgsJSON(body, intern)
+// reuse is what decodeArgs may take from earlier requests instead of decoding it again; the
+// zero value takes nothing. What it returns is the same either way.
+type reuse struct {
+	// intern returns the string of a node name it knows (without allocating) or "" and false.
+	intern func([]byte) (string, bool)
+	// pods are the pods of recent requests, by their exact JSON.
+	pods *podMemo
+	// names is the list the request's node names probably repeat, in order: prioritize is sent
+	// the nodes filter passed.
+	names []string
+}
+
+// decodeArgs reads an ExtenderArgs body.
+func decodeArgs(body []byte, r reuse) (extenderArgs, error) {
+	args, err := decodeArgsJSON(body, r)
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF) && len(bytes.TrimSpace(body)) == 0:
@@ -55,7 +67,7 @@ func decodeArgs(body []byte, intern func([]byte) (string, bool)) (extenderArgs, 
 	return args, err
 }
 
-func decodeArgsJSON(body []byte, intern func([]byte) (string, bool)) (extenderArgs, error) {
+func decodeArgsJSON(body []byte, r reuse) (extenderArgs, error) {
 	var args extenderArgs
 	// A bytes.Buffer is parsed in place, without a copy.
 	dec := jsontext.NewDecoder(bytes.NewBuffer(body), v1Semantics)
@@ -78,6 +90,11 @@ func decodeArgsJSON(body []byte, intern func([]byte) (string, bool)) (extenderAr
 	var nodes *nodeNameList
 	var names []string
 	var haveNames bool
+	// The JSON of the pod decoded, how many Pod members the body has, and whether args.pod is
+	// the memo's.
+	var podJSON string
+	var podMembers int
+	var shared bool
 	for dec.PeekKind() != '}' {
 		key, err := dec.ReadValue()
 		if err != nil {
@@ -90,11 +107,29 @@ func decodeArgsJSON(body []byte, intern func([]byte) (string, bool)) (extenderAr
 		// merges it.
 		switch {
 		case bytes.EqualFold(name, []byte("Pod")):
-			if err := jsonv2.UnmarshalDecode(dec, &args.pod, v1Semantics); err != nil {
+			raw, err := dec.ReadValue()
+			if err != nil {
+				return args, fmt.Errorf("member Pod: %w", err)
+			}
+			podMembers++
+			if args.pod == nil {
+				if p := r.pods.get(raw); p != nil {
+					args.pod, shared = p, true
+					continue
+				}
+			}
+			if shared {
+				// A second Pod member merges into the first: not into the memo's pod.
+				args.pod, shared = args.pod.DeepCopy(), false
+			}
+			if r.pods != nil {
+				podJSON = string(raw) // raw is the decoder's until its next read
+			}
+			if err := jsonv2.Unmarshal(raw, &args.pod, v1Semantics); err != nil {
 				return args, fmt.Errorf("member Pod: %w", err)
 			}
 		case bytes.EqualFold(name, []byte("NodeNames")):
-			if names, haveNames, err = decodeNames(dec, intern); err != nil {
+			if names, haveNames, err = decodeNames(dec, r); err != nil {
 				return args, fmt.Errorf("member NodeNames: %w", err)
 			}
 		case bytes.EqualFold(name, []byte("Nodes")):
@@ -113,6 +148,9 @@ func decodeArgsJSON(body []byte, intern func([]byte) (string, bool)) (extenderAr
 	if err := atEnd(dec); err != nil {
 		return args, err
 	}
+	if podMembers == 1 && !shared && args.pod != nil {
+		r.pods.put(podJSON, args.pod)
+	}
 	// NodeNames when present (nodeCacheCapable), else the names of Nodes.
 	switch {
 	case haveNames:
@@ -125,10 +163,47 @@ func decodeArgsJSON(body []byte, intern func([]byte) (string, bool)) (extenderAr
 	return args, nil
 }
 
+// podMemo keeps the last few pods decodeArgs decoded, by their exact JSON. The kube-scheduler
+// sends a pod to filter and then the same pod, encoded the same, to prioritize (and again to
+// filter when it tries the pod again), so prioritize takes the pod filter decoded: the bytes
+// are the same, so is the pod. The pods are shared: nothing may change them.
+type podMemo struct {
+	mu   sync.Mutex
+	next int
+	json [4]string
+	pods [4]*corev1.Pod
+}
+
+// get returns the pod decoded from exactly these bytes, or nil. A nil memo has none.
+func (m *podMemo) get(raw []byte) *corev1.Pod {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, p := range m.pods {
+		if p != nil && m.json[i] == string(raw) {
+			return p
+		}
+	}
+	return nil
+}
+
+// put keeps pod as decoded from raw, in place of the oldest.
+func (m *podMemo) put(raw string, pod *corev1.Pod) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.json[m.next], m.pods[m.next] = raw, pod
+	m.next = (m.next + 1) % len(m.pods)
+}
+
 // decodeNames reads a JSON array of strings, or null (ok false). The decoder checks the array's
 // syntax as it reads it whole; the names are then cut out of it by hand, which costs a fraction
 // of reading them value by value.
-func decodeNames(dec *jsontext.Decoder, intern func([]byte) (string, bool)) (names []string, ok bool, err error) {
+func decodeNames(dec *jsontext.Decoder, r reuse) (names []string, ok bool, err error) {
 	switch kind := dec.PeekKind(); kind {
 	case 'n':
 		_, err := dec.ReadToken()
@@ -175,8 +250,10 @@ func decodeNames(dec *jsontext.Decoder, intern func([]byte) (string, bool)) (nam
 			raw = buf
 		}
 		name, known := "", false
-		if intern != nil {
-			name, known = intern(raw)
+		if i := len(names); i < len(r.names) && r.names[i] == string(raw) {
+			name, known = r.names[i], true
+		} else if r.intern != nil {
+			name, known = r.intern(raw)
 		}
 		if !known {
 			name = string(raw)

@@ -67,7 +67,7 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "syntax", body: `{"Pod":{"metadata":}}`, wantErr: "invalid character"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := decodeArgs([]byte(tc.body), nil)
+			got, err := decodeArgs([]byte(tc.body), reuse{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -102,7 +102,7 @@ func TestDecodeArgs(t *testing.T) {
 func TestDecodeArgsInternsKnownNames(t *testing.T) {
 	e, _, _ := startQuietExtender(t, false, cluster()...)
 	body := mustJSON(t, filterArgs(testPod("p").neuron(1).obj(), "trn-empty", "ghost", "inf-empty"))
-	got, err := decodeArgs(body, e.internName)
+	got, err := decodeArgs(body, reuse{intern: e.internName})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +116,67 @@ func TestDecodeArgsInternsKnownNames(t *testing.T) {
 		shared := ok && unsafe.StringData(known.name) == unsafe.StringData(got.names[i])
 		if shared != want {
 			t.Errorf("%s: shares the informer's string: %v, want %v", got.names[i], shared, want)
+		}
+	}
+}
+
+// TestDecodeArgsReusesThePodOfTheSameJSON: prioritize gets the pod filter decoded when the
+// scheduler sends it byte for byte the same, a pod that differs is decoded, and a body with two
+// Pod members merges them as encoding/json does without changing the pod the memo keeps.
+func TestDecodeArgsReusesThePodOfTheSameJSON(t *testing.T) {
+	memo := &podMemo{}
+	pod := testPod("p").neuron(4).obj()
+	podJSON := string(mustJSON(t, pod))
+	decode := func(body string) *corev1.Pod {
+		t.Helper()
+		got, err := decodeArgs([]byte(body), reuse{pods: memo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := decodeV1([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !apiequality.Semantic.DeepEqual(got.pod, want.pod) {
+			t.Fatalf("%s: pod differs from encoding/json's:\n%+v\n%+v", body, got.pod, want.pod)
+		}
+		return got.pod
+	}
+	filtered := decode(`{"Pod":` + podJSON + `,"NodeNames":["a","b"]}`)
+	if prioritized := decode(`{"Pod":` + podJSON + `,"NodeNames":["b"]}`); prioritized != filtered {
+		t.Error("the same pod JSON was decoded again")
+	}
+	other := strings.Replace(podJSON, `"name":"p"`, `"name":"q"`, 1)
+	if got := decode(`{"Pod":` + other + `}`); got == filtered || got.Name != "q" {
+		t.Errorf("a different pod JSON gave %s (the memo's: %v)", got.Name, got == filtered)
+	}
+	merged := decode(`{"Pod":` + podJSON + `,"Pod":{"metadata":{"name":"merged"}}}`)
+	if merged == filtered || merged.Name != "merged" {
+		t.Errorf("two Pod members gave %s (the memo's: %v)", merged.Name, merged == filtered)
+	}
+	if again := decode(`{"Pod":` + podJSON + `}`); again.Name != "p" {
+		t.Errorf("the memo's pod was changed to %s", again.Name)
+	}
+	if got := decode(`{"Pod":{"metadata":{"name":"merged"}}}`); got == merged {
+		t.Error("a merge of two Pod members was kept as the pod of the second")
+	}
+}
+
+// TestDecodeArgsTakesTheNamesOfTheHint: names equal to the hint's, in its order, are the hint's
+// strings; the others are decoded.
+func TestDecodeArgsTakesTheNamesOfTheHint(t *testing.T) {
+	hint := []string{strings.Clone("a"), strings.Clone("b"), strings.Clone("c")}
+	got, err := decodeArgs([]byte(`{"NodeNames":["a","x","c","d"]}`), reuse{names: hint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.names, []string{"a", "x", "c", "d"}) {
+		t.Fatalf("names %q", got.names)
+	}
+	for i, want := range []bool{true, false, true, false} {
+		shared := i < len(hint) && unsafe.StringData(got.names[i]) == unsafe.StringData(hint[i])
+		if shared != want {
+			t.Errorf("%s: the hint's string: %v, want %v", got.names[i], shared, want)
 		}
 	}
 }
@@ -134,20 +195,27 @@ func FuzzDecodeArgs(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Add(mustJSON(f, filterArgs(testPod("p").neuronCores(3).container("b", "aws.amazon.com/neuron", 2).obj(), allNodes...)))
+	// One memo for every input, and the names of the previous input as the hint, as the
+	// handlers reuse them: whatever decodeArgs takes from them must be what it would decode.
+	memo := &podMemo{}
+	var hint []string
 	f.Fuzz(func(t *testing.T, body []byte) {
-		got, err := decodeArgs(body, nil)
 		want, v1err := decodeV1(body)
-		if (err == nil) != (v1err == nil) {
-			t.Fatalf("decodeArgs: %v; encoding/json: %v", err, v1err)
-		}
-		if err != nil {
-			return
-		}
-		if !apiequality.Semantic.DeepEqual(got.pod, want.pod) {
-			t.Errorf("pod differs from encoding/json's:\n%+v\n%+v", got.pod, want.pod)
-		}
-		if !slices.Equal(got.names, want.names) {
-			t.Errorf("names %q, encoding/json %q", got.names, want.names)
+		for _, r := range []reuse{{}, {pods: memo, names: hint}, {pods: memo, names: hint}} {
+			got, err := decodeArgs(body, r)
+			if (err == nil) != (v1err == nil) {
+				t.Fatalf("decodeArgs: %v; encoding/json: %v", err, v1err)
+			}
+			if err != nil {
+				return
+			}
+			if !apiequality.Semantic.DeepEqual(got.pod, want.pod) {
+				t.Errorf("pod differs from encoding/json's:\n%+v\n%+v", got.pod, want.pod)
+			}
+			if !slices.Equal(got.names, want.names) {
+				t.Errorf("names %q, encoding/json %q", got.names, want.names)
+			}
+			hint = got.names
 		}
 	})
 }
