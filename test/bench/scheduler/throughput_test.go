@@ -102,16 +102,38 @@ func kinds(b *testing.B) []string {
 	return out
 }
 
-// runOrder is the order of the runs of iteration i: the configured one, reversed in every
-// other iteration, so that what drifts over a benchmark (the control plane warming up, etcd's
-// history growing) and what one run leaves for the next weigh on every scheduler alike.
+// iteration numbers the iterations of every BenchmarkSchedulingThroughput call in this process
+// (the testing package calls it with b.N = 1 and then with the count asked for), so that the
+// order of the runs keeps alternating from one call, and control plane, to the next.
+var iteration int
+
+// runOrder is the order of the runs of iteration i: every scheduler twice, mirrored (A B B A).
+// The control plane slows down from one run to the next (etcd's history grows: about 2 % per
+// run on the 2-core machine), so a single run of each, even in alternating order, favours
+// whichever ran first; mirrored, a steady drift weighs on every scheduler alike. Every other
+// iteration starts from the other end, so that the first run on a fresh control plane goes to
+// each in turn.
 func runOrder(kinds []string, i int) []string {
-	if i%2 == 0 {
-		return kinds
+	first := slices.Clone(kinds)
+	if i%2 == 1 {
+		slices.Reverse(first)
 	}
-	out := slices.Clone(kinds)
-	slices.Reverse(out)
-	return out
+	second := slices.Clone(first)
+	slices.Reverse(second)
+	return append(first, second...)
+}
+
+// meanRates is each scheduler's rate over an iteration: the mean of its runs'.
+func meanRates(results []result) map[string]float64 {
+	sum, n := map[string]float64{}, map[string]int{}
+	for _, r := range results {
+		sum[r.kind] += r.rate()
+		n[r.kind]++
+	}
+	for k := range sum {
+		sum[k] /= float64(n[k])
+	}
+	return sum
 }
 
 // env is what every run shares.
@@ -203,16 +225,20 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 
 	sums := map[string]float64{}
 	b.ResetTimer()
-	for i := range b.N {
+	for range b.N {
+		i := iteration
+		iteration++
 		var results []result
-		for _, kind := range runOrder(s.kinds, i) {
-			r, err := e.run(ctx, kind, i)
+		for j, kind := range runOrder(s.kinds, i) {
+			r, err := e.run(ctx, kind, fmt.Sprintf("%d-%d", i, j))
 			if err != nil {
-				b.Fatalf("%s run %d: %v", kind, i, err)
+				b.Fatalf("%s run %d of iteration %d: %v", kind, j+1, i+1, err)
 			}
 			fmt.Fprintf(os.Stderr, "bench: %-8s %d pods drained at %.1f pods/s (%.2f s from scheduler start)\n", kind, r.pods, r.rate(), r.wall.Seconds())
 			results = append(results, r)
-			sums[kind] += r.rate()
+		}
+		for kind, rate := range meanRates(results) {
+			sums[kind] += rate
 		}
 		report := formatReport(s, results)
 		fmt.Print(report)
@@ -247,8 +273,8 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 
 // run creates the backlog, starts the kind's scheduler (and extender), waits until every pod is
 // bound, and cleans up.
-func (e *env) run(ctx context.Context, kind string, iter int) (r result, err error) {
-	name := fmt.Sprintf("bench-%s-%d", kind, iter)
+func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
+	name := fmt.Sprintf("bench-%s-%s", kind, id)
 	r = result{kind: kind, pods: e.s.pods}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -801,10 +827,11 @@ func checkRecords(pods []corev1.Pod, want int) error {
 // extenders, where their time goes.
 func formatReport(s settings, results []result) string {
 	var sb strings.Builder
-	byKind := map[string]result{}
+	byKind := map[string]result{} // the last run of each
 	for _, r := range results {
 		byKind[r.kind] = r
 	}
+	rates := meanRates(results)
 	ratio := func(a, b float64) string {
 		if b == 0 {
 			return "-"
@@ -813,13 +840,28 @@ func formatReport(s settings, results []result) string {
 	}
 	fmt.Fprintf(&sb, "\n### Scheduling throughput: %d nodes, backlog of %d pods (extender client QPS %d, burst %d)\n\n",
 		s.nodes, s.pods, s.extenderQPS, 2*s.extenderQPS)
-	sb.WriteString("Schedulers in the order they ran.\n\n")
+	sb.WriteString("Schedulers in the order they ran; the ratios are to the mean rate of the other scheduler's runs in this iteration.\n\n")
 	sb.WriteString("| scheduler | pods | seconds (start to last bind) | seconds (first to last bind) | pods/s | ratio to plain | ratio to do-nothing | nodes used | nodes bound to per 250 ms | median gap between binds to one node (ms) |\n")
 	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
 		fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f | %.1f | %s | %s | %d | %.1f | %.0f |\n", r.kind, r.pods, r.wall.Seconds(), r.drain.Seconds(), r.rate(),
-			ratio(r.rate(), byKind[kindPlain].rate()), ratio(r.rate(), byKind[kindNothing].rate()), r.nodesUsed, r.active, float64(r.nodeGap.Microseconds())/1000)
+			ratio(r.rate(), rates[kindPlain]), ratio(r.rate(), rates[kindNothing]), r.nodesUsed, r.active, float64(r.nodeGap.Microseconds())/1000)
 	}
+	sb.WriteString("\nIteration (mean pods/s of each scheduler's runs):")
+	for _, k := range []string{kindPlain, kindNothing, kindOurs, kindOursNoPrio} {
+		if v, ok := rates[k]; ok {
+			fmt.Fprintf(&sb, " %s %.1f;", k, v)
+		}
+	}
+	for _, k := range []string{kindOurs, kindOursNoPrio} {
+		if _, ok := rates[k]; ok && rates[kindNothing] > 0 {
+			fmt.Fprintf(&sb, " %s / do-nothing %s;", k, ratio(rates[k], rates[kindNothing]))
+		}
+	}
+	if rates[kindPlain] > 0 && rates[kindNothing] > 0 {
+		fmt.Fprintf(&sb, " do-nothing / plain %s;", ratio(rates[kindNothing], rates[kindPlain]))
+	}
+	sb.WriteString("\n")
 
 	// CPU per process, in ms per pod.
 	procs := map[string]bool{}
@@ -868,7 +910,7 @@ func formatReport(s settings, results []result) string {
 		if !ok || r.verbs == nil {
 			continue
 		}
-		fmt.Fprintf(&sb, "\n%s extender, server side (handler time, JSON included):\n\n| verb | calls | calls/pod | mean ms | total s |\n|---|---:|---:|---:|---:|\n", kind)
+		fmt.Fprintf(&sb, "\n%s extender (its last run), server side (handler time, JSON included):\n\n| verb | calls | calls/pod | mean ms | total s |\n|---|---:|---:|---:|---:|\n", kind)
 		for _, v := range []string{"filter", "prioritize", "bind"} {
 			c := r.verbs[v]
 			fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f | %.2f |\n", v, c.N, float64(c.N)/float64(r.pods), float64(c.mean().Microseconds())/1000, c.Total.Seconds())
