@@ -191,48 +191,6 @@ func benchBind(b *testing.B, n int, newClient func(...runtime.Object) *fake.Clie
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "binds/s")
 }
 
-// BenchmarkHandler serves filter and prioritize for a one-core pod over 250 nodes (what the
-// scheduler sends with 500 nodes) through the HTTP handler, warm, next to a handler that only
-// decodes the request and echoes the names (the do-nothing extender of make bench-scheduler):
-// the difference is what this extender adds to every scheduling cycle.
-func BenchmarkHandler(b *testing.B) {
-	objs, names, _ := benchFleet(250)
-	e, _, ctx := startQuietExtender(b, true, objs...)
-	pod := testPod("p").neuronCores(1).obj()
-	pod.Spec.Tolerations = []corev1.Toleration{{Key: "aws.amazon.com/neuron", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
-	body, err := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names})
-	if err != nil {
-		b.Fatal(err)
-	}
-	echo := func(w http.ResponseWriter, r *http.Request) {
-		var args extenderv1.ExtenderArgs
-		if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
-			b.Fatal(err)
-		}
-		_ = json.NewEncoder(w).Encode(&extenderv1.ExtenderFilterResult{NodeNames: args.NodeNames})
-	}
-	ours := e.Handler(ctx)
-	for _, tc := range []struct {
-		name string
-		h    http.Handler
-		path string
-	}{
-		{"verb=filter/handler=decode-only", http.HandlerFunc(echo), "/filter"},
-		{"verb=filter/handler=ours", ours, "/filter"},
-		{"verb=prioritize/handler=ours", ours, "/prioritize"},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			for b.Loop() {
-				w := httptest.NewRecorder()
-				tc.h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, tc.path, bytes.NewReader(body)))
-				if w.Code != http.StatusOK {
-					b.Fatalf("%s: %d %s", tc.path, w.Code, w.Body)
-				}
-			}
-		})
-	}
-}
-
 // BenchmarkSchedulingCycle is what a scheduling cycle asks of the extender, per pod of a
 // backlog: filter with 250 candidate nodes, then prioritize with the nodes filter passed, for a
 // new pod each time (as the scheduler sends it, the placement cache warm). decode-only is the
