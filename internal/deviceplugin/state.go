@@ -133,8 +133,11 @@ func Withdrawn(shape *topology.Shape, resource string, unhealthy []bool, holding
 // hardware is free but the kubelet holds a. When a's hardware is reserved for the waiting pod,
 // the kubelet would find no id for it ("requested number of devices unavailable", seen when the
 // node is full): b's id is offered instead, and Allocate serves the pod its record, a's hardware.
-// coreOwner is the owner of each core as Withdrawn computed it (reserved holdings of this pool
-// left out).
+// The ids are paired over the pool's admitted holdings together, not one holding at a time:
+// swaps chain (x holds the kubelet's ids of y's hardware, y those of the waiting pod's), and
+// only the ids the kubelet holds without anyone's hardware behind them, and the hardware held
+// without the kubelet's ids, are left to pair. coreOwner is the owner of each core as Withdrawn
+// computed it (reserved holdings of this pool left out).
 func standIns(shape *topology.Shape, resource string, holdings []Holding, coreOwner []string) map[string]bool {
 	reserved := map[int]bool{}
 	for _, h := range holdings {
@@ -154,36 +157,42 @@ func standIns(shape *topology.Shape, resource string, holdings []Holding, coreOw
 		}
 		return shape.CoresOf(n)
 	}
-	out := map[string]bool{}
+	kubelet, hardware := map[string]bool{}, map[string]bool{}
 	for _, h := range holdings {
 		if h.Resource != resource || h.Reserved || len(h.KubeletIDs) == 0 {
 			continue
 		}
-		hwIDs := idsOf(resource, h.Hardware)
-		var kubeletOnly, hardwareOnly []string // a and b above
 		for _, id := range h.KubeletIDs {
-			if !slices.Contains(hwIDs, id) {
-				kubeletOnly = append(kubeletOnly, id)
+			kubelet[id] = true
+		}
+		for _, id := range idsOf(resource, h.Hardware) {
+			hardware[id] = true
+		}
+	}
+	var kubeletOnly, hardwareOnly []string // a and b above
+	for id := range kubelet {
+		if !hardware[id] {
+			kubeletOnly = append(kubeletOnly, id)
+		}
+	}
+	for id := range hardware {
+		if !kubelet[id] {
+			hardwareOnly = append(hardwareOnly, id)
+		}
+	}
+	sortIDs(kubeletOnly)
+	sortIDs(hardwareOnly)
+	out := map[string]bool{}
+	for i := 0; i < len(kubeletOnly) && i < len(hardwareOnly); i++ {
+		waiting := true
+		for _, c := range coresOfID(kubeletOnly[i]) {
+			if c < 0 || c >= len(coreOwner) || coreOwner[c] != "" || !reserved[c] {
+				waiting = false
+				break
 			}
 		}
-		for _, id := range hwIDs {
-			if !slices.Contains(h.KubeletIDs, id) {
-				hardwareOnly = append(hardwareOnly, id)
-			}
-		}
-		sortIDs(kubeletOnly)
-		sortIDs(hardwareOnly)
-		for i := 0; i < len(kubeletOnly) && i < len(hardwareOnly); i++ {
-			waiting := true
-			for _, c := range coresOfID(kubeletOnly[i]) {
-				if c < 0 || c >= len(coreOwner) || coreOwner[c] != "" || !reserved[c] {
-					waiting = false
-					break
-				}
-			}
-			if waiting {
-				out[hardwareOnly[i]] = true
-			}
+		if waiting {
+			out[hardwareOnly[i]] = true
 		}
 	}
 	return out

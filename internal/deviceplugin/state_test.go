@@ -73,6 +73,24 @@ func TestWithdrawn(t *testing.T) {
 			want: map[string][]string{dev: nil, alt: {"3", "4"}, core: {"6", "7", "8", "9"}},
 		},
 		{
+			// Two swaps in a row (the autoscaler e2e, three pods bound to a new trn1.32xlarge
+			// within 110 ms): c holds kubelet ids 12-15 and runs on devices 8-11, b holds
+			// kubelet ids 0-3 and runs on devices 12-15, and devices 0-7 wait for a. Ids 8-11
+			// stand in for 0-3, or the kubelet finds 4 ids of the 8 a asks for.
+			name: "ids stand in across chained swaps",
+			holdings: []Holding{
+				{Pod: "c", Resource: dev, KubeletIDs: []string{"12", "13", "14", "15"}, Hardware: hw(t, s, dev, "8", "9", "10", "11"), Admitted: true},
+				{Pod: "b", Resource: dev, KubeletIDs: []string{"0", "1", "2", "3"}, Hardware: hw(t, s, dev, "12", "13", "14", "15"), Admitted: true},
+				{Pod: "a", Resource: dev, Hardware: hw(t, s, dev, "0", "1", "2", "3", "4", "5", "6", "7"), Reserved: true},
+			},
+			want: map[string][]string{
+				dev: nil,
+				alt: {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15"},
+				core: {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15",
+					"16", "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31"},
+			},
+		},
+		{
 			name: "no stand-in when the kubelet's id's hardware is not reserved through the pool",
 			holdings: []Holding{
 				{Pod: "b", Resource: dev, KubeletIDs: []string{"3"}, Hardware: hw(t, s, dev, "4"), Admitted: true},
