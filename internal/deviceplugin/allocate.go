@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
@@ -24,7 +25,7 @@ import (
 // the node's pods that are not finished, from the informer's cache.
 func (p *Plugin) candidates() []Candidate {
 	pods, _ := p.pods.List(labels.Everything())
-	return p.candidatesOf(pods)
+	return p.candidatesOf(pods, true)
 }
 
 // match finds the record entry a call is for. The kubelet and the plugin learn of a newly bound
@@ -49,7 +50,7 @@ func (p *Plugin) match(ctx context.Context, resource string, count int) (Candida
 	for i := range list.Items {
 		pods[i] = &list.Items[i]
 	}
-	cands = p.candidatesOf(pods)
+	cands = p.candidatesOf(pods, false)
 	c, ok := Match(cands, resource, count, p.inflightSkip())
 	return c, cands, ok
 }
@@ -60,8 +61,11 @@ func (p *Plugin) match(ctx context.Context, resource string, count int) (Candida
 // served it, though NEURON_ALLOCATED may still say false) is marked served: an Allocate call can
 // no longer be for it, except a call again for the same ids, which allocate answers before
 // matching. (Entries of our records are marked served by the plugin itself, and the swap of
-// records admitted in reverse order relies on their unserved entries.)
-func (p *Plugin) candidatesOf(pods []*corev1.Pod) []Candidate {
+// records admitted in reverse order relies on their unserved entries.) cached says the pods are
+// the informer's, which may not show this plugin's latest writes yet (recordOfLocked adds them);
+// pods read from the API server show them, and must not make the plugin forget them while the
+// informer still lags.
+func (p *Plugin) candidatesOf(pods []*corev1.Pod, cached bool) []Candidate {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	admitted := map[string]bool{}
@@ -76,7 +80,10 @@ func (p *Plugin) candidatesOf(pods []*corev1.Pod) []Candidate {
 		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		r, err := p.recordOfLocked(pod, now)
+		r, err := allocation.RecordOf(pod) // read from the API server: it has this plugin's writes
+		if cached {
+			r, err = p.recordOfLocked(pod, now)
+		}
 		if err != nil || r == nil || r.Node != p.o.NodeName {
 			continue
 		}
@@ -293,8 +300,9 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 		current = append(current, Holding{Pod: e.holder("(served by this plugin)"), PodUID: e.podUID, Container: e.container, Resource: e.resource, KubeletIDs: e.kubelet, Hardware: e.hw})
 	}
 	conflicts := Conflicts(hw, podUID, current)
-	if matched == nil {
-		// The kubelet's own pool ids for this pool never conflict with themselves.
+	if matched == nil || isAgain {
+		// The kubelet's own pool ids for this pool never conflict with themselves: the
+		// container it asks again for holds them.
 		conflicts = slices.DeleteFunc(conflicts, func(h Holding) bool { return h.Resource == resource && slices.Equal(h.KubeletIDs, ids) })
 	}
 	if len(conflicts) > 0 {
@@ -340,7 +348,40 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 
 // confirm keeps the conflicting holdings whose pod the API server still has, not finished.
 // Holdings of answers this plugin gave to a pod it could not name are kept: they are recent.
+// An answer the kubelet's PodResources have not shown yet names the pod whose record it was
+// matched to, which may not be the pod the kubelet admitted (it admits pods in its own order):
+// when that pod is gone, the kubelet is asked who holds the answer's ids (exactly those: the
+// kubelet may have handed some of them to a pod admitted since, with an answer of its own), and a
+// pod that does keeps the conflict.
 func (p *Plugin) confirm(ctx context.Context, conflicts []Holding) []Holding {
+	logger := klog.FromContext(ctx)
+	var podRes []*podresv1.PodResources
+	var podResErr error
+	listed := false
+	holderOfIDs := func(h Holding) string {
+		if !listed {
+			podRes, podResErr = p.kubeletPodResources(ctx)
+			listed = true
+			if podResErr != nil {
+				logger.V(2).Info("The kubelet's PodResources API is not available to confirm a conflict", "err", podResErr)
+			}
+		}
+		for _, pr := range podRes {
+			for _, c := range pr.Containers {
+				for _, d := range c.Devices {
+					if d.ResourceName != h.Resource || len(d.DeviceIds) != len(h.KubeletIDs) {
+						continue
+					}
+					ids := slices.Clone(d.DeviceIds)
+					sortIDs(ids)
+					if slices.Equal(ids, h.KubeletIDs) {
+						return pr.Namespace + "/" + pr.Name
+					}
+				}
+			}
+		}
+		return ""
+	}
 	var out []Holding
 	for _, h := range conflicts {
 		ns, name, ok := strings.Cut(h.Pod, "/")
@@ -352,7 +393,15 @@ func (p *Plugin) confirm(ctx context.Context, conflicts []Holding) []Holding {
 		switch {
 		case apierrors.IsNotFound(err), err == nil && string(pod.UID) != h.PodUID,
 			err == nil && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed):
-			klog.FromContext(ctx).V(2).Info("A conflicting holder is gone; its devices are free", "holder", h.Pod)
+			if len(h.KubeletIDs) > 0 && !h.Admitted {
+				if holder := holderOfIDs(h); holder != "" {
+					logger.V(2).Info("A conflicting answer's pod is gone, but the kubelet holds its ids for another pod", "answeredFor", h.Pod, "holder", holder, "ids", h.KubeletIDs)
+					h.Pod, h.PodUID = holder, ""
+					out = append(out, h)
+					continue
+				}
+			}
+			logger.V(2).Info("A conflicting holder is gone; its devices are free", "holder", h.Pod)
 		default:
 			out = append(out, h)
 		}

@@ -110,6 +110,16 @@ type Plugin struct {
 	reported   map[string]bool // pod UID + message: problems of published-stack annotations already reported
 
 	refreshCh chan struct{}
+	// podResources lists the kubelet's PodResources; nil calls listPodResources (tests set it).
+	podResources func(context.Context) ([]*podresv1.PodResources, error)
+}
+
+// kubeletPodResources lists what the kubelet holds for each container.
+func (p *Plugin) kubeletPodResources(ctx context.Context) ([]*podresv1.PodResources, error) {
+	if p.podResources != nil {
+		return p.podResources(ctx)
+	}
+	return p.listPodResources(ctx)
 }
 
 type servedEntry struct {
@@ -314,7 +324,7 @@ func (p *Plugin) discoverPartial(ctx context.Context) *neuron.Node {
 // runs, and pushes new health views to the kubelet.
 func (p *Plugin) refresh(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	podRes, podResErr := p.listPodResources(ctx)
+	podRes, podResErr := p.kubeletPodResources(ctx)
 	if podResErr != nil {
 		logger.V(4).Info("The kubelet's PodResources API is not available", "err", podResErr)
 	}
@@ -347,7 +357,23 @@ func (p *Plugin) refresh(ctx context.Context) {
 func (p *Plugin) reconcile(ctx context.Context, pods []*corev1.Pod, podRes []*podresv1.PodResources, podResOK bool) {
 	p.records.Lock()
 	defer p.records.Unlock()
-	holdings, fixes := p.computeHoldings(pods, podRes, podResOK)
+	cached := true
+	if who := p.answeredUnseen(pods, podRes); who != "" {
+		// The kubelet admitted a pod this plugin answered for that the informer does not show
+		// yet: its answer may have been matched to another pod's record (the oldest waiting),
+		// and a refresh that fixed that record without this pod's would leave both naming the
+		// same hardware. Read the node's pods from the API server instead.
+		list, err := p.o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.o.NodeName})
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Listing the node's pods for a pod the informer does not show yet failed", "pod", who, "err", err)
+		} else {
+			pods, cached = make([]*corev1.Pod, len(list.Items)), false
+			for i := range list.Items {
+				pods[i] = &list.Items[i]
+			}
+		}
+	}
+	holdings, fixes := p.computeHoldings(pods, podRes, podResOK, cached)
 	for _, f := range fixes {
 		if err := p.fixRecord(ctx, f); err != nil {
 			klog.FromContext(ctx).Error(err, "Updating an allocation record", "pod", f.pod)
@@ -442,7 +468,8 @@ type recordFix struct {
 
 // computeHoldings derives what is in use from the kubelet's PodResources, the allocation records
 // of the node's pods and the Allocate answers not yet visible there.
-func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResources, podResOK bool) ([]Holding, []recordFix) {
+// cached says the pods are the informer's (see candidatesOf).
+func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResources, podResOK, cached bool) ([]Holding, []recordFix) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
@@ -459,7 +486,11 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 			deleting[string(pod.UID)] = true
 		}
 		byName[key{pod.Namespace, pod.Name}] = pod
-		if r, err := p.recordOfLocked(pod, now); err == nil && r != nil && r.Node == p.o.NodeName {
+		r, err := allocation.RecordOf(pod)
+		if cached {
+			r, err = p.recordOfLocked(pod, now)
+		}
+		if err == nil && r != nil && r.Node == p.o.NodeName {
 			records[string(pod.UID)] = r
 			published[string(pod.UID)] = allocation.FromPublishedStack(pod)
 		}
@@ -498,6 +529,9 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 					hw = entry.hw
 					seenServed[skey] = true
 					entry.seen = true
+					// The answer may have been matched to another pod's record (the kubelet
+					// admitted the pods in another order): from now on it is this container's.
+					entry.podUID, entry.pod, entry.container = string(pod.UID), pr.Namespace+"/"+pr.Name, c.Name
 					p.served[skey] = entry
 					if recC == nil || !recC.Served || !sameHardware(p.shape, *recC, hw) {
 						fixes = append(fixes, recordFix{pod: pr.Namespace + "/" + pr.Name, podUID: string(pod.UID), container: c.Name, resource: d.ResourceName, hw: hw, served: true})
@@ -523,33 +557,11 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 		}
 	}
 	// Swap: a record fixed to hardware that another pod's record claims as served, while that
-	// other pod is not running on it, gives that pod the fixed pod's old hardware, unserved.
-	for _, f := range fixes {
-		oldRec := records[f.podUID]
-		if oldRec == nil {
-			continue
-		}
-		var old *allocation.Container
-		for i := range oldRec.Containers {
-			if oldRec.Containers[i].Name == f.container && oldRec.Containers[i].Resource == f.resource {
-				old = &oldRec.Containers[i]
-			}
-		}
-		for uid, r := range records {
-			if uid == f.podUID {
-				continue
-			}
-			for _, c := range r.Containers {
-				if c.Resource == f.resource && c.Served && sameHardware(p.shape, c, f.hw) && !covered[uid+"/"+c.Name+"/"+c.Resource] && old != nil {
-					oldHW, err := old.Hardware(p.shape)
-					if err == nil {
-						pod := podByUID(pods, uid)
-						fixes = append(fixes, recordFix{pod: pod, podUID: uid, container: c.Name, resource: c.Resource, hw: oldHW, served: false})
-					}
-				}
-			}
-		}
-	}
+	// other pod is not running on it, gives that pod hardware nobody got: the fixed pod's old
+	// hardware, or, when a container admitted since got that (the kubelet admitted several pods
+	// in another order than their records were matched, and the swaps chain), the old hardware
+	// of that container's record, and so on down the chain.
+	fixes = append(fixes, p.displaced(records, covered, fixes, pods, holdings)...)
 	fixed := map[string]recordFix{}
 	for _, f := range fixes {
 		fixed[f.podUID+"/"+f.container+"/"+f.resource] = f
@@ -597,6 +609,35 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 		}
 	}
 	return holdings, fixes
+}
+
+// answeredUnseen names a pod the kubelet's PodResources show holding ids this plugin answered
+// for and that pods (the informer's) do not have, or returns "".
+func (p *Plugin) answeredUnseen(pods []*corev1.Pod, podRes []*podresv1.PodResources) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.served) == 0 {
+		return ""
+	}
+	known := make(map[string]bool, len(pods))
+	for _, pod := range pods {
+		known[pod.Namespace+"/"+pod.Name] = true
+	}
+	for _, pr := range podRes {
+		if known[pr.Namespace+"/"+pr.Name] {
+			continue
+		}
+		for _, c := range pr.Containers {
+			for _, d := range c.Devices {
+				ids := slices.Clone(d.DeviceIds)
+				sortIDs(ids)
+				if _, ok := p.served[d.ResourceName+"|"+strings.Join(ids, ",")]; ok {
+					return pr.Namespace + "/" + pr.Name
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // servedIn reports whether the holdings already have the answer e.

@@ -107,7 +107,7 @@ func admitted(pod, res string, ids ...string) *podresv1.PodResources {
 func refresh(t *testing.T, p *Plugin, podRes ...*podresv1.PodResources) []recordFix {
 	t.Helper()
 	pods, _ := p.pods.List(labels.Everything())
-	holdings, fixes := p.computeHoldings(pods, podRes, true)
+	holdings, fixes := p.computeHoldings(pods, podRes, true, true)
 	p.mu.Lock()
 	p.holdings = holdings
 	p.mu.Unlock()

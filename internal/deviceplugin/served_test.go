@@ -26,14 +26,14 @@ func TestAnswerForAPodThatIsGoneHoldsNothing(t *testing.T) {
 	}
 	p.served[topology.ResourceNeuron+"|0,1,2,3,4,5,6,7"] = servedEntry{hw: hw, resource: topology.ResourceNeuron, kubelet: []string{"0", "1", "2", "3", "4", "5", "6", "7"},
 		podUID: "uid-eight", pod: "ns/eight", container: "app", at: time.Now()}
-	holdings, _ := p.computeHoldings(nil, nil, true)
+	holdings, _ := p.computeHoldings(nil, nil, true, true)
 	if len(holdings) != 1 || holdings[0].Pod != "ns/eight" {
 		t.Fatalf("within the grace the answer holds, naming its pod: %+v", holdings)
 	}
 	e := p.served[topology.ResourceNeuron+"|0,1,2,3,4,5,6,7"]
 	e.at = time.Now().Add(-servedGrace - time.Second)
 	p.served[topology.ResourceNeuron+"|0,1,2,3,4,5,6,7"] = e
-	if holdings, _ := p.computeHoldings(nil, nil, true); len(holdings) != 0 {
+	if holdings, _ := p.computeHoldings(nil, nil, true, true); len(holdings) != 0 {
 		t.Fatalf("the answer's pod is gone: it must hold nothing, got %+v", holdings)
 	}
 	if len(p.served) != 0 {

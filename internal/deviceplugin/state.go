@@ -198,13 +198,15 @@ func standIns(shape *topology.Shape, resource string, holdings []Holding, coreOw
 	return out
 }
 
-// Conflicts returns the holdings, other than those of the pod podUID, whose hardware overlaps hw.
-// An empty podUID (a call for an unknown pod) excludes nothing: holdings of unknown pods are
-// other pods' too.
+// Conflicts returns the holdings whose hardware overlaps hw, other than those of the pod podUID
+// that the kubelet has not admitted (what its record promises). An empty podUID (a call for an
+// unknown pod) excludes nothing: holdings of unknown pods are other pods' too. A container of
+// podUID that the kubelet admitted is a conflict like any other: a call for the same ids again is
+// answered before matching, so a call matched to that pod's record is for another pod.
 func Conflicts(hw topology.Allocation, podUID string, holdings []Holding) []Holding {
 	var out []Holding
 	for _, h := range holdings {
-		if podUID != "" && h.PodUID == podUID {
+		if podUID != "" && h.PodUID == podUID && !h.Admitted {
 			continue
 		}
 		for _, c := range h.Hardware.Cores {

@@ -183,6 +183,12 @@ func TestConflicts(t *testing.T) {
 	if got := Conflicts(hw(t, s, topology.ResourceNeuron, "12"), "x", holdings); len(got) != 0 {
 		t.Errorf("free device: %v", got)
 	}
+	// A call matched to the record of a pod whose container the kubelet already admitted on that
+	// hardware is for another pod (a call for the same ids again never gets here).
+	admitted := []Holding{{Pod: "ns/a", PodUID: "a", Resource: topology.ResourceNeuron, KubeletIDs: []string{"0"}, Hardware: hw(t, s, topology.ResourceNeuron, "0"), Admitted: true}}
+	if got := Conflicts(hw(t, s, topology.ResourceNeuron, "0"), "a", admitted); len(got) != 1 {
+		t.Errorf("device 0 again for a call matched to a's record, a admitted on it: %v", got)
+	}
 	// Calls for unknown pods (kubelet ids) conflict with other unknown pods' holdings.
 	unknown := []Holding{{Pod: "(being admitted)", Resource: topology.ResourceNeuron, KubeletIDs: []string{"2"}, Hardware: hw(t, s, topology.ResourceNeuron, "2")}}
 	if got := Conflicts(hw(t, s, topology.ResourceNeuronCore, "4", "5"), "", unknown); len(got) != 1 {

@@ -2,6 +2,8 @@ package deviceplugin
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -156,4 +158,65 @@ type beforePatchPods struct {
 func (c beforePatchPods) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Pod, error) {
 	c.before(name)
 	return c.PodInterface.Patch(ctx, name, pt, data, opts, subresources...)
+}
+
+// servedRecordPod is a pending pod with a record entry for devices, marked served or not.
+func servedRecordPod(name string, allocTime int64, served bool, devices ...int) *corev1.Pod {
+	pod := testPod(name).neuron(len(devices)).record(allocTime, devices...).obj()
+	r, _ := allocation.RecordOf(pod)
+	r.Containers[0].Served = served
+	maps.Copy(pod.Annotations, r.Annotations())
+	return pod
+}
+
+// TestChainedSwapsGiveTheWaitingPodTheHardwareNobodyGot: p13's call was matched to p08's
+// record (device 1; p08's own was swapped there before), then p08's call to p12's (device 2),
+// both before a refresh. p13 runs on 1, p08 on 2: p12 must get p13's old device 3, not p08's
+// old device 1.
+func TestChainedSwapsGiveTheWaitingPodTheHardwareNobodyGot(t *testing.T) {
+	p, _, _ := testPlugin(t,
+		servedRecordPod("p08", 8, true, 1),
+		servedRecordPod("p12", 12, true, 2),
+		servedRecordPod("p13", 13, false, 3),
+	)
+	s := p.shape
+	p.served[topology.ResourceNeuron+"|1"] = servedEntry{hw: hw(t, s, topology.ResourceNeuron, "1"), resource: topology.ResourceNeuron, kubelet: []string{"1"}, podUID: "uid-p08", pod: "ns/p08", container: "app", at: time.Now()}
+	p.served[topology.ResourceNeuron+"|2"] = servedEntry{hw: hw(t, s, topology.ResourceNeuron, "2"), resource: topology.ResourceNeuron, kubelet: []string{"2"}, podUID: "uid-p12", pod: "ns/p12", container: "app", at: time.Now()}
+	fixes := refresh(t, p, admitted("p13", topology.ResourceNeuron, "1"), admitted("p08", topology.ResourceNeuron, "2"))
+	want := map[string]string{"ns/p13": "[1] served", "ns/p08": "[2] served", "ns/p12": "[3] waiting"}
+	got := map[string]string{}
+	for _, f := range fixes {
+		state := "waiting"
+		if f.served {
+			state = "served"
+		}
+		got[f.pod] = fmt.Sprintf("%v %s", f.hw.Devices, state)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("record fixes %v, want %v", got, want)
+	}
+}
+
+// TestAWaitingRecordOnHardwareAContainerGotMoves: p22 ran on p23's record (device 7) and p23 went
+// before a refresh saw it, so the extender placed p24 on device 7. p24's record moves to free
+// hardware: its call would be refused there.
+func TestAWaitingRecordOnHardwareAContainerGotMoves(t *testing.T) {
+	p, _, _ := testPlugin(t,
+		servedRecordPod("p22", 22, false, 5),
+		servedRecordPod("p24", 24, false, 7),
+	)
+	p.served[topology.ResourceNeuron+"|7"] = servedEntry{hw: hw(t, p.shape, topology.ResourceNeuron, "7"), resource: topology.ResourceNeuron, kubelet: []string{"7"}, podUID: "uid-p23", pod: "ns/p23", container: "app", at: time.Now()}
+	fixes := refresh(t, p, admitted("p22", topology.ResourceNeuron, "7"))
+	var moved *recordFix
+	for i, f := range fixes {
+		if f.pod == "ns/p24" {
+			moved = &fixes[i]
+		}
+	}
+	if moved == nil || moved.served || len(moved.hw.Devices) != 1 || moved.hw.Devices[0] == 7 {
+		t.Fatalf("p24's fix %+v (all fixes %+v), want one device other than 7, waiting", moved, fixes)
+	}
+	if w := withdrawn(p, topology.ResourceNeuronDevice); !slices.Contains(w, "7") {
+		t.Errorf("device 7 (p22's) is not withdrawn from the other pool: %v", w)
+	}
 }

@@ -1,0 +1,501 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// TestKubeletModel drives the plugin the way a kubelet and the scheduler extender do, in random
+// orders, and checks what no pod may ever see:
+//   - the kubelet finds too few ids for a pod whose record the extender placed on free hardware
+//     ("Requested: 8, Available: 4", the e2e flake of chained swaps);
+//   - Allocate refuses a pod with such a record;
+//   - two live containers get the same core;
+//   - the extender sees two records name the same core;
+//   - once the plugin's informer has caught up and a refresh has run, a record that does not
+//     name what its container got, or a waiting record on hardware someone else got.
+//
+// The model: the extender places each new pod best-fit on the hardware of the node's records
+// and binds it (record written, pod created; the plugin's informer shows the pod at once or only
+// at its next catch-up, and shows the plugin's own record writes only then). The kubelet admits
+// waiting pods in any order, back to back: it takes ids from what the pool last reported
+// healthy, asks GetPreferredAllocation and calls Allocate with the ids; the contents of each
+// answer are what the container gets. The refresh an Allocate asks for runs at once or after
+// further admissions, but before a pod finishes or the extender binds the next one (it runs
+// within milliseconds); pods finish, and the plugin refreshes on that or not.
+//
+// Lagging runs let refreshes wait any number of steps. The extender can then place a pod on
+// hardware a container runs on (that container ran on another pod's record, which went before a
+// refresh saw the swap), and such a pod may be refused; no core may still be given twice, and
+// records must still end up naming what their containers got.
+//
+// Each seed is a run of its own; a failure names the seed and the steps up to it. More seeds:
+// KUBELET_MODEL_SEEDS=3000 go test -run TestKubeletModel ./internal/deviceplugin/ (about 3 min).
+func TestKubeletModel(t *testing.T) {
+	seeds := 300 // about 15 s
+	if raceEnabled {
+		seeds = 75 // about 20 s with -race, as make test runs it
+	}
+	if testing.Short() {
+		seeds = 40
+	}
+	if v := os.Getenv("KUBELET_MODEL_SEEDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("KUBELET_MODEL_SEEDS=%q: want a number of seeds", v)
+		}
+		seeds = n
+	}
+	for _, lagging := range []bool{false, true} {
+		for _, res := range []string{topology.ResourceNeuron, topology.ResourceNeuronCore} {
+			name := strings.TrimPrefix(res, "aws.amazon.com/")
+			if lagging {
+				name += "/lagging"
+			}
+			t.Run(name, func(t *testing.T) {
+				var admissions, refusals int
+				for seed := range uint64(seeds) {
+					t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+						m := newKubeletModel(t, res, seed)
+						m.lagging = lagging
+						if err := m.run(80); err != nil {
+							t.Fatalf("%v\nsteps:\n%s", err, strings.Join(m.trace, "\n"))
+						}
+						admissions, refusals = admissions+m.admissions, refusals+m.refused
+					})
+				}
+				// A run that refused most pods would check little: lagging runs refuse a few.
+				t.Logf("%d pods admitted, %d refused", admissions, refusals)
+				if admissions < 10*seeds || refusals*10 > admissions {
+					t.Errorf("%d pods admitted and %d refused over %d runs: the model no longer exercises admission", admissions, refusals, seeds)
+				}
+			})
+		}
+	}
+}
+
+// kubeletModel is one run: the plugin under test, the API server (a fake clientset), the
+// plugin's informer cache (an indexer the model fills), and the kubelet's state.
+type kubeletModel struct {
+	t        *testing.T
+	ctx      context.Context
+	rng      *rand.Rand
+	p        *Plugin
+	client   *fake.Clientset
+	indexer  cache.Indexer
+	resource string
+
+	next     int                 // pods created so far
+	counts   map[string]int      // pod name -> ids it asks for
+	admitted map[string][]string // pod name -> ids the kubelet holds for it
+	got      map[string]topology.Allocation
+	view     map[string]bool // ids the pool last reported withdrawn, as the kubelet sees them
+	pending  bool            // an Allocate asked for a refresh that has not run yet
+	// lagging lets refreshes wait any number of steps (see TestKubeletModel).
+	lagging    bool
+	refused    int // admissions refused (lagging runs only)
+	admissions int // admissions served
+	trace      []string
+}
+
+func newKubeletModel(t *testing.T, res string, seed uint64) *kubeletModel {
+	p, _, ctx := testPlugin(t)
+	// The field-managed tracker of fake.NewClientset builds a REST mapper on every write, which
+	// took most of this test's time; field management plays no part here.
+	client := fake.NewSimpleClientset()
+	p.o.Client = client
+	m := &kubeletModel{}
+	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return m.podResources(), nil }
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	*m = kubeletModel{
+		t: t, ctx: ctx, rng: rand.New(rand.NewPCG(seed, 0x6b6e)), p: p, client: client, indexer: indexer, resource: res,
+		counts: map[string]int{}, admitted: map[string][]string{}, got: map[string]topology.Allocation{}, view: map[string]bool{},
+	}
+	p.pods = corelisters.NewPodLister(indexer)
+	return m
+}
+
+func (m *kubeletModel) logf(format string, args ...any) {
+	m.trace = append(m.trace, fmt.Sprintf("%3d. ", len(m.trace)+1)+fmt.Sprintf(format, args...))
+}
+
+func (m *kubeletModel) run(steps int) error {
+	for range steps {
+		var err error
+		switch n := m.rng.IntN(10); {
+		case n < 4:
+			err = m.bindNewPod()
+		case n < 8:
+			err = m.admit()
+		case n < 9:
+			err = m.finish()
+		default:
+			m.catchUp()
+		}
+		if err != nil {
+			return err
+		}
+		if err := m.checkDisjoint(); err != nil {
+			return err
+		}
+	}
+	// Settle: the informer catches up, a refresh runs, and every waiting pod is admitted.
+	m.catchUp()
+	if err := m.refresh(); err != nil {
+		return err
+	}
+	m.catchUp()
+	if err := m.checkSettled(); err != nil {
+		return err
+	}
+	for m.waiting() != "" {
+		if err := m.admitPod(m.waiting()); err != nil {
+			return err
+		}
+		if err := m.refresh(); err != nil {
+			return err
+		}
+		m.catchUp()
+	}
+	return m.checkSettled()
+}
+
+// records returns the records of the live pods, from the API server.
+func (m *kubeletModel) records() map[string]allocation.Container {
+	list, err := m.client.CoreV1().Pods("ns").List(m.ctx, metav1.ListOptions{})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	out := map[string]allocation.Container{}
+	for i := range list.Items {
+		r, err := allocation.RecordOf(&list.Items[i])
+		if err != nil || r == nil || len(r.Containers) != 1 {
+			m.t.Fatalf("pod %s: record %+v, %v", list.Items[i].Name, r, err)
+		}
+		out[list.Items[i].Name] = r.Containers[0]
+	}
+	return out
+}
+
+// bindNewPod is the extender: it places a pod best-fit on the hardware no record names, writes
+// the record and creates the pod, bound to the node. The plugin's informer shows the new pod at
+// once, or only at its next catch-up.
+func (m *kubeletModel) bindNewPod() error {
+	if err := m.settle(); err != nil {
+		return err
+	}
+	unit, _ := topology.UnitOf(m.resource)
+	sizes := m.p.shape.DeviceSizes()
+	if unit == topology.UnitCore {
+		sizes = m.p.shape.CoreSizes()
+	}
+	sizes = slices.DeleteFunc(slices.Clone(sizes), func(n int) bool { return n > m.p.shape.Devices()/2 })
+	count := sizes[m.rng.IntN(len(sizes))]
+	u := topology.NewUsage(m.p.shape)
+	busy := map[int]string{}
+	for name, c := range m.records() {
+		hw, err := c.Hardware(m.p.shape)
+		if err != nil {
+			return err
+		}
+		for _, core := range hw.Cores {
+			if o, ok := busy[core]; ok && !m.lagging {
+				// A lagging run may see this for a while: a pod that ran on another pod's record
+				// finished before a refresh fixed the records, and the extender placed a new
+				// pod on what the record of the one that runs still says is free.
+				return fmt.Errorf("the records of %s and %s both name core %d", o, name, core)
+			}
+			busy[core] = name
+		}
+	}
+	if err := u.MarkCores(slices.Collect(maps.Keys(busy))); err != nil {
+		return err
+	}
+	fit, err := topology.BestFit.Place(u, topology.Request{Unit: unit, Count: count})
+	if err != nil {
+		m.logf("no room for %d more", count)
+		return nil
+	}
+	m.next++
+	name := fmt.Sprintf("p%02d", m.next)
+	c := allocation.Container{Name: "app", Resource: m.resource, Devices: fit.Devices}
+	if unit == topology.UnitCore {
+		c.Devices, c.Cores = nil, fit.Cores
+	}
+	r := &allocation.Record{Node: node, Containers: []allocation.Container{c}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: r.Annotations(),
+			CreationTimestamp: metav1.Unix(int64(m.next), 0)},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceName(m.resource): *resource.NewQuantity(int64(count), resource.DecimalSI)},
+		}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	pod.Annotations[allocation.AllocTime] = strconv.Itoa(m.next)
+	created, err := m.client.CoreV1().Pods("ns").Create(m.ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	m.counts[name] = count
+	m.logf("extender binds %s: %d on devices %v cores %v", name, count, fit.Devices, fit.Cores)
+	if m.rng.IntN(3) == 0 {
+		m.logf("  (the plugin's informer does not show %s yet)", name)
+		return nil
+	}
+	if err := m.indexer.Add(created); err != nil {
+		return err
+	}
+	return nil
+}
+
+// waiting returns a bound pod the kubelet has not admitted, at random, or "".
+func (m *kubeletModel) waiting() string {
+	var names []string
+	for name := range m.counts {
+		if _, ok := m.admitted[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	slices.Sort(names)
+	return names[m.rng.IntN(len(names))]
+}
+
+// admit admits a waiting pod, and then, more often than not, lets the plugin refresh.
+func (m *kubeletModel) admit() error {
+	name := m.waiting()
+	if name == "" {
+		return nil
+	}
+	if err := m.admitPod(name); err != nil {
+		return err
+	}
+	m.pending = true
+	if m.rng.IntN(2) == 0 {
+		return m.refresh()
+	}
+	return nil
+}
+
+// settle runs the refresh an Allocate asked for, if it has not run yet. Refreshes run within
+// milliseconds of the request: the kubelet may admit the next pods before (it admits pods back to
+// back), but a pod does not finish, nor does the extender see it go and place another, before.
+func (m *kubeletModel) settle() error {
+	if m.pending && !m.lagging {
+		return m.refresh()
+	}
+	return nil
+}
+
+// admitPod is the kubelet's device manager admitting one pod: the healthy ids it does not hold,
+// the plugin's preferred set among them if it is one, and Allocate with those ids.
+func (m *kubeletModel) admitPod(name string) error {
+	count := m.counts[name]
+	held := map[string]bool{}
+	for _, ids := range m.admitted {
+		for _, id := range ids {
+			held[id] = true
+		}
+	}
+	var available []string
+	for _, id := range poolIDs(m.p.shape, m.resource) {
+		if !held[id] && !m.view[id] {
+			available = append(available, id)
+		}
+	}
+	if len(available) < count {
+		return m.refuse(name, fmt.Errorf("the kubelet cannot admit %s: Requested: %d, Available: %d (ids %v; withdrawn %v; held %v)",
+			name, count, len(available), available, sortedKeys(m.view), sortedKeys(held)))
+	}
+	ids := m.p.preferred(m.ctx, m.resource, available, nil, count)
+	if len(ids) != count || !allIn(ids, setOf(available)) {
+		ids = available[:count] // the kubelet ignores a preference it cannot take
+	}
+	r, err := m.p.allocate(m.ctx, m.resource, ids)
+	if err != nil {
+		return m.refuse(name, fmt.Errorf("Allocate for %s (ids %v): %v", name, ids, err))
+	}
+	hw, err := hardwareOfResponse(m.p.shape, r)
+	if err != nil {
+		return err
+	}
+	m.admitted[name], m.got[name] = ids, hw
+	m.admissions++
+	m.logf("kubelet admits %s with ids %v: gets devices %v cores %v", name, ids, hw.Devices, hw.Cores)
+	return nil
+}
+
+func hardwareOfResponse(s *topology.Shape, r interface{ GetEnvs() map[string]string }) (topology.Allocation, error) {
+	var cores []int
+	for _, f := range strings.Split(r.GetEnvs()[allocation.EnvVisibleCores], ",") {
+		c, err := strconv.Atoi(f)
+		if err != nil {
+			return topology.Allocation{}, fmt.Errorf("the response's %s is %q", allocation.EnvVisibleCores, r.GetEnvs()[allocation.EnvVisibleCores])
+		}
+		cores = append(cores, c)
+	}
+	return s.CoreAllocation(cores)
+}
+
+// refuse fails the admission of a pod. Only a lagging run tolerates it: the kubelet fails the
+// pod, which is then deleted.
+func (m *kubeletModel) refuse(name string, err error) error {
+	if !m.lagging {
+		return err
+	}
+	m.logf("refused: %v", err)
+	m.refused++
+	return m.remove(name)
+}
+
+// podResources is what the kubelet's PodResources API shows.
+func (m *kubeletModel) podResources() []*podresv1.PodResources {
+	var podRes []*podresv1.PodResources
+	for _, name := range sortedKeys(m.admitted) {
+		podRes = append(podRes, admitted(name, m.resource, m.admitted[name]...))
+	}
+	return podRes
+}
+
+// refresh is the plugin's refresh with the kubelet's PodResources, after which the kubelet sees
+// the pool's new health.
+func (m *kubeletModel) refresh() error {
+	podRes := m.podResources()
+	pods, _ := m.p.pods.List(labels.Everything())
+	m.p.reconcile(m.ctx, pods, podRes, true)
+	m.p.mu.Lock()
+	w := Withdrawn(m.p.shape, m.resource, m.p.health.Unhealthy(), m.p.holdings)
+	m.p.mu.Unlock()
+	m.pending = false
+	m.view = map[string]bool{}
+	for id := range w {
+		m.view[id] = true
+	}
+	m.logf("refresh: withdrawn %v", sortedKeys(m.view))
+	return nil
+}
+
+// finish ends a running pod: the kubelet releases its ids and the pod is deleted.
+func (m *kubeletModel) finish() error {
+	if err := m.settle(); err != nil {
+		return err
+	}
+	names := sortedKeys(m.admitted)
+	if len(names) == 0 {
+		return nil
+	}
+	name := names[m.rng.IntN(len(names))]
+	if err := m.remove(name); err != nil {
+		return err
+	}
+	m.logf("%s finishes", name)
+	if m.rng.IntN(2) == 0 {
+		return m.refresh() // the plugin refreshes on the informer's event, not always in time
+	}
+	return nil
+}
+
+// remove deletes a pod: the kubelet releases its ids, the API server and the informer drop it.
+func (m *kubeletModel) remove(name string) error {
+	if err := m.client.CoreV1().Pods("ns").Delete(m.ctx, name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	if err := m.indexer.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}); err != nil {
+		return err
+	}
+	delete(m.admitted, name)
+	delete(m.got, name)
+	delete(m.counts, name)
+	return nil
+}
+
+// catchUp lets the plugin's informer show the API server's pods.
+func (m *kubeletModel) catchUp() {
+	list, err := m.client.CoreV1().Pods("ns").List(m.ctx, metav1.ListOptions{})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	objs := make([]any, len(list.Items))
+	for i := range list.Items {
+		objs[i] = &list.Items[i]
+	}
+	if err := m.indexer.Replace(objs, ""); err != nil {
+		m.t.Fatal(err)
+	}
+	m.logf("informer catches up")
+}
+
+// checkDisjoint: no core is in two live containers.
+func (m *kubeletModel) checkDisjoint() error {
+	owner := map[int]string{}
+	for _, name := range sortedKeys(m.got) {
+		for _, c := range m.got[name].Cores {
+			if o, ok := owner[c]; ok {
+				return fmt.Errorf("core %d is in both %s and %s", c, o, name)
+			}
+			owner[c] = name
+		}
+	}
+	return nil
+}
+
+// checkSettled: every running container's record names what it got, served, and (unless the run
+// lags) no waiting record names hardware a running container got.
+func (m *kubeletModel) checkSettled() error {
+	recs := m.records()
+	owner := map[int]string{}
+	for name, hw := range m.got {
+		c := recs[name]
+		if !c.Served || !sameHardware(m.p.shape, c, hw) {
+			return fmt.Errorf("settled: %s got devices %v cores %v, its record says devices %v cores %v served %v", name, hw.Devices, hw.Cores, c.Devices, c.Cores, c.Served)
+		}
+		for _, core := range hw.Cores {
+			owner[core] = name
+		}
+	}
+	for name, c := range recs {
+		if _, ok := m.got[name]; ok || m.lagging {
+			// A lagging run may have let the extender place a pod on hardware a container
+			// runs on, with no room left to move its record: its Allocate call is refused.
+			continue
+		}
+		hw, err := c.Hardware(m.p.shape)
+		if err != nil {
+			return err
+		}
+		for _, core := range hw.Cores {
+			if o, ok := owner[core]; ok {
+				return fmt.Errorf("settled: waiting %s's record names core %d, which %s got", name, core, o)
+			}
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := slices.Collect(maps.Keys(m))
+	sortIDs(keys)
+	return keys
+}

@@ -1,0 +1,7 @@
+//go:build !race
+
+package deviceplugin
+
+// raceEnabled is true when the tests run with -race, which slows the model tests down about
+// five times.
+const raceEnabled = false
