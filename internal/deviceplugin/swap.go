@@ -11,10 +11,9 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
-// displacedRecord is a container entry of a pod the kubelet has not admitted whose record names
-// hardware an admitted container got: mostly a record that says served because Allocate
-// matched it to a call that was for another pod (by, the fix of that pod's record), which now
-// runs on its hardware; by is empty for the other cases.
+// displacedRecord is a container entry of a pod the kubelet has not admitted whose record says
+// served: Allocate matched it to a call that was for another pod (by, the fix of that pod's
+// record), and that pod now runs on its hardware.
 type displacedRecord struct {
 	podUID, container, resource string
 	count                       int
@@ -87,6 +86,9 @@ func (p *Plugin) displaced(records map[string]*allocation.Record, covered map[st
 			}
 		}
 	}
+	if len(found) == 0 {
+		return nil
+	}
 	taken := map[int]bool{} // cores of admitted containers, and of hardware given out here
 	for _, h := range admitted {
 		for _, c := range h.Hardware.Cores {
@@ -95,31 +97,6 @@ func (p *Plugin) displaced(records map[string]*allocation.Record, covered map[st
 	}
 	overlaps := func(hw topology.Allocation, cores map[int]bool) bool {
 		return slices.ContainsFunc(hw.Cores, func(c int) bool { return cores[c] })
-	}
-	// A waiting record on hardware an admitted container got, without a chain: the container
-	// ran on another pod's record, that pod went before a refresh saw which pod the kubelet
-	// had admitted, and the extender placed a new pod on what the records then showed free.
-	// Its Allocate call would be refused; it moves to free hardware instead.
-	for _, uid := range uids {
-		for _, c := range records[uid].Containers {
-			k := uid + "/" + c.Name + "/" + c.Resource
-			if covered[k] || isDisplaced[k] {
-				continue
-			}
-			hw, err := c.Hardware(p.shape)
-			if err != nil || !overlaps(hw, taken) {
-				continue
-			}
-			n := len(hw.Devices)
-			if unit, _ := topology.UnitOf(c.Resource); unit == topology.UnitCore {
-				n = len(hw.Cores)
-			}
-			isDisplaced[k] = true
-			found = append(found, displacedRecord{podUID: uid, container: c.Name, resource: c.Resource, count: n})
-		}
-	}
-	if len(found) == 0 {
-		return nil
 	}
 	chainEnd := func(f recordFix) (topology.Allocation, bool) {
 		seen := map[string]bool{f.podUID + "/" + f.container + "/" + f.resource: true}
@@ -147,10 +124,6 @@ func (p *Plugin) displaced(records map[string]*allocation.Record, covered map[st
 	var out []recordFix
 	var unresolved []displacedRecord
 	for _, d := range found {
-		if d.by.podUID == "" {
-			unresolved = append(unresolved, d)
-			continue
-		}
 		hw, ok := chainEnd(d.by)
 		if !ok {
 			unresolved = append(unresolved, d)

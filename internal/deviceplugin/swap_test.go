@@ -196,27 +196,3 @@ func TestChainedSwapsGiveTheWaitingPodTheHardwareNobodyGot(t *testing.T) {
 		t.Errorf("record fixes %v, want %v", got, want)
 	}
 }
-
-// TestAWaitingRecordOnHardwareAContainerGotMoves: p22 ran on p23's record (device 7) and p23 went
-// before a refresh saw it, so the extender placed p24 on device 7. p24's record moves to free
-// hardware: its call would be refused there.
-func TestAWaitingRecordOnHardwareAContainerGotMoves(t *testing.T) {
-	p, _, _ := testPlugin(t,
-		servedRecordPod("p22", 22, false, 5),
-		servedRecordPod("p24", 24, false, 7),
-	)
-	p.served[topology.ResourceNeuron+"|7"] = servedEntry{hw: hw(t, p.shape, topology.ResourceNeuron, "7"), resource: topology.ResourceNeuron, kubelet: []string{"7"}, podUID: "uid-p23", pod: "ns/p23", container: "app", at: time.Now()}
-	fixes := refresh(t, p, admitted("p22", topology.ResourceNeuron, "7"))
-	var moved *recordFix
-	for i, f := range fixes {
-		if f.pod == "ns/p24" {
-			moved = &fixes[i]
-		}
-	}
-	if moved == nil || moved.served || len(moved.hw.Devices) != 1 || moved.hw.Devices[0] == 7 {
-		t.Fatalf("p24's fix %+v (all fixes %+v), want one device other than 7, waiting", moved, fixes)
-	}
-	if w := withdrawn(p, topology.ResourceNeuronDevice); !slices.Contains(w, "7") {
-		t.Errorf("device 7 (p22's) is not withdrawn from the other pool: %v", w)
-	}
-}
