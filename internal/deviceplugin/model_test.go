@@ -35,8 +35,8 @@ import (
 //   - once the plugin's informer has caught up and a refresh has run, a record that does not
 //     name what its container got, or a waiting record on hardware someone else got.
 //
-// The model: pods ask through one pool, or, in mixed runs, through any of the three (a device
-// taken through one pool is withdrawn from the others). The extender places each new pod
+// The model: pods have one container or two, which ask through one pool, or, in mixed runs,
+// through any of the three (a device taken through one pool is withdrawn from the others). The extender places each new pod
 // best-fit on the hardware of the node's records
 // and binds it (record written, pod created; the plugin's informer shows the pod at once or only
 // at its next catch-up, and shows the plugin's own record writes only then). The kubelet admits
@@ -78,7 +78,7 @@ func TestKubeletModel(t *testing.T) {
 				name += "/lagging"
 			}
 			t.Run(name, func(t *testing.T) {
-				var admissions, refusals int
+				var admissions, refusals, multi int
 				for seed := range uint64(seeds) {
 					t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 						m := newKubeletModel(t, pools, seed)
@@ -86,14 +86,14 @@ func TestKubeletModel(t *testing.T) {
 						if err := m.run(80); err != nil {
 							t.Fatalf("%v\nsteps:\n%s", err, strings.Join(m.trace, "\n"))
 						}
-						admissions, refusals = admissions+m.admissions, refusals+m.refused
+						admissions, refusals, multi = admissions+m.admissions, refusals+m.refused, multi+m.multi
 					})
 				}
 				// A model that refused most pods would check little. Lagging runs refuse some
 				// (about 2 % of one pool's pods, 10 % of mixed pools', where a pool's stale view
 				// still withdraws what another pool's pods released).
-				t.Logf("%d pods admitted, %d refused", admissions, refusals)
-				if admissions < 10*seeds || refusals*5 > admissions {
+				t.Logf("%d pods admitted (%d of two containers), %d refused", admissions, multi, refusals)
+				if admissions < 10*seeds || refusals*5 > admissions || multi*10 < admissions {
 					t.Errorf("%d pods admitted and %d refused over %d runs: the model no longer exercises admission", admissions, refusals, seeds)
 				}
 			})
@@ -112,18 +112,24 @@ type kubeletModel struct {
 	indexer cache.Indexer
 	pools   []string // the pools pods ask through: one, or all three (mixed)
 
-	next     int                 // pods created so far
-	counts   map[string]int      // pod name -> ids it asks for
-	res      map[string]string   // pod name -> its pool
-	admitted map[string][]string // pod name -> ids the kubelet holds for it
-	got      map[string]topology.Allocation
-	view     map[string]map[string]bool // pool -> ids it last reported withdrawn, as the kubelet sees them
-	pending  bool                       // an Allocate or a pod's end asked for a refresh that has not run yet
+	next     int                            // pods created so far
+	pods     map[string][]modelCtr          // pod name -> its containers
+	admitted map[string][][]string          // pod name -> ids the kubelet holds for each container
+	got      map[string]topology.Allocation // pod/container -> what it got
+	view     map[string]map[string]bool     // pool -> ids it last reported withdrawn, as the kubelet sees them
+	pending  bool                           // an Allocate or a pod's end asked for a refresh that has not run yet
 	// lagging lets refreshes wait any number of steps (see TestKubeletModel).
 	lagging    bool
 	refused    int // admissions refused (lagging runs only)
 	admissions int // admissions served
+	multi      int // of which of pods with two containers
 	trace      []string
+}
+
+// modelCtr is a container of a model pod: what it asks for through which pool.
+type modelCtr struct {
+	name, res string
+	count     int
 }
 
 func newKubeletModel(t *testing.T, pools []string, seed uint64) *kubeletModel {
@@ -137,7 +143,7 @@ func newKubeletModel(t *testing.T, pools []string, seed uint64) *kubeletModel {
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	*m = kubeletModel{
 		t: t, ctx: ctx, rng: rand.New(rand.NewPCG(seed, 0x6b6e)), p: p, client: client, indexer: indexer, pools: pools,
-		counts: map[string]int{}, res: map[string]string{}, admitted: map[string][]string{}, got: map[string]topology.Allocation{}, view: map[string]map[string]bool{},
+		pods: map[string][]modelCtr{}, admitted: map[string][][]string{}, got: map[string]topology.Allocation{}, view: map[string]map[string]bool{},
 	}
 	p.pods = corelisters.NewPodLister(indexer)
 	return m
@@ -188,7 +194,8 @@ func (m *kubeletModel) run(steps int) error {
 	return m.checkSettled()
 }
 
-// records returns the records of the live pods, from the API server.
+// records returns the record entries of the live pods' containers (pod/container), from the
+// API server.
 func (m *kubeletModel) records() map[string]allocation.Container {
 	list, err := m.client.CoreV1().Pods("ns").List(m.ctx, metav1.ListOptions{})
 	if err != nil {
@@ -196,33 +203,28 @@ func (m *kubeletModel) records() map[string]allocation.Container {
 	}
 	out := map[string]allocation.Container{}
 	for i := range list.Items {
-		r, err := allocation.RecordOf(&list.Items[i])
-		if err != nil || r == nil || len(r.Containers) != 1 {
-			m.t.Fatalf("pod %s: record %+v, %v", list.Items[i].Name, r, err)
+		pod := &list.Items[i]
+		r, err := allocation.RecordOf(pod)
+		if err != nil || r == nil || len(r.Containers) != len(m.pods[pod.Name]) {
+			m.t.Fatalf("pod %s: record %+v, %v; want an entry for each of its containers %+v", pod.Name, r, err, m.pods[pod.Name])
 		}
-		out[list.Items[i].Name] = r.Containers[0]
+		for _, c := range r.Containers {
+			out[pod.Name+"/"+c.Name] = c
+		}
 	}
 	return out
 }
 
-// bindNewPod is the extender: it places a pod best-fit on the hardware no record names, writes
-// the record and creates the pod, bound to the node. The plugin's informer shows the new pod at
-// once, or only at its next catch-up.
+// bindNewPod is the extender: it places a pod of one container, or of two (through pools of
+// their own), best-fit on the hardware no record names, writes the record and creates the pod,
+// bound to the node. The plugin's informer shows the new pod at once, or only at its next
+// catch-up.
 func (m *kubeletModel) bindNewPod() error {
 	if err := m.settle(); err != nil {
 		return err
 	}
-	res := m.pools[m.rng.IntN(len(m.pools))]
-	unit, _ := topology.UnitOf(res)
-	sizes := m.p.shape.DeviceSizes()
-	if unit == topology.UnitCore {
-		sizes = m.p.shape.CoreSizes()
-	}
-	sizes = slices.DeleteFunc(slices.Clone(sizes), func(n int) bool { return n > m.p.shape.Devices()/2 })
-	count := sizes[m.rng.IntN(len(sizes))]
-	u := topology.NewUsage(m.p.shape)
 	busy := map[int]string{}
-	for name, c := range m.records() {
+	for key, c := range m.records() {
 		hw, err := c.Hardware(m.p.shape)
 		if err != nil {
 			return err
@@ -232,55 +234,76 @@ func (m *kubeletModel) bindNewPod() error {
 				// A lagging run may see this for a while: a pod that ran on another pod's record
 				// finished before a refresh fixed the records, and the extender placed a new
 				// pod on what the record of the one that runs still says is free.
-				return fmt.Errorf("the records of %s and %s both name core %d", o, name, core)
+				return fmt.Errorf("the records of %s and %s both name core %d", o, key, core)
 			}
-			busy[core] = name
+			busy[core] = key
 		}
-	}
-	if err := u.MarkCores(slices.Collect(maps.Keys(busy))); err != nil {
-		return err
-	}
-	fit, err := topology.BestFit.Place(u, topology.Request{Unit: unit, Count: count})
-	if err != nil {
-		m.logf("no room for %d more", count)
-		return nil
 	}
 	m.next++
 	name := fmt.Sprintf("p%02d", m.next)
-	c := allocation.Container{Name: "app", Resource: res, Devices: fit.Devices}
-	if unit == topology.UnitCore {
-		c.Devices, c.Cores = nil, fit.Cores
+	n := 1
+	if m.rng.IntN(3) == 0 {
+		n = 2
 	}
-	r := &allocation.Record{Node: node, Containers: []allocation.Container{c}}
+	var ctrs []modelCtr
+	r := &allocation.Record{Node: node}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: r.Annotations(),
-			CreationTimestamp: metav1.Unix(int64(m.next), 0)},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(int64(count), resource.DecimalSI)},
-		}}}},
-		Status: corev1.PodStatus{Phase: corev1.PodPending},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.Unix(int64(m.next), 0)},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: corev1.PodPending},
 	}
+	var placed []string
+	for i := range n {
+		res := m.pools[m.rng.IntN(len(m.pools))]
+		unit, _ := topology.UnitOf(res)
+		sizes := m.p.shape.DeviceSizes()
+		if unit == topology.UnitCore {
+			sizes = m.p.shape.CoreSizes()
+		}
+		sizes = slices.DeleteFunc(slices.Clone(sizes), func(n int) bool { return n > m.p.shape.Devices()/2 })
+		count := sizes[m.rng.IntN(len(sizes))]
+		u := topology.NewUsage(m.p.shape)
+		if err := u.MarkCores(slices.Collect(maps.Keys(busy))); err != nil {
+			return err
+		}
+		fit, err := topology.BestFit.Place(u, topology.Request{Unit: unit, Count: count})
+		if err != nil {
+			m.logf("no room for %s (%d %s)", name, count, res)
+			return nil
+		}
+		c := allocation.Container{Name: fmt.Sprintf("c%d", i), Resource: res, Devices: fit.Devices}
+		if unit == topology.UnitCore {
+			c.Devices, c.Cores = nil, fit.Cores
+		}
+		for _, core := range fit.Cores {
+			busy[core] = name
+		}
+		r.Containers = append(r.Containers, c)
+		ctrs = append(ctrs, modelCtr{name: c.Name, res: res, count: count})
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(int64(count), resource.DecimalSI)},
+		}})
+		placed = append(placed, fmt.Sprintf("%s %d %s on devices %v cores %v", c.Name, count, strings.TrimPrefix(res, "aws.amazon.com/"), fit.Devices, fit.Cores))
+	}
+	pod.Annotations = r.Annotations()
 	pod.Annotations[allocation.AllocTime] = strconv.Itoa(m.next)
 	created, err := m.client.CoreV1().Pods("ns").Create(m.ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
-	m.counts[name], m.res[name] = count, res
-	m.logf("extender binds %s: %d %s on devices %v cores %v", name, count, res, fit.Devices, fit.Cores)
+	m.pods[name] = ctrs
+	m.logf("extender binds %s: %s", name, strings.Join(placed, "; "))
 	if m.rng.IntN(3) == 0 {
 		m.logf("  (the plugin's informer does not show %s yet)", name)
 		return nil
 	}
-	if err := m.indexer.Add(created); err != nil {
-		return err
-	}
-	return nil
+	return m.indexer.Add(created)
 }
 
 // waiting returns a bound pod the kubelet has not admitted, at random, or "".
 func (m *kubeletModel) waiting() string {
 	var names []string
-	for name := range m.counts {
+	for name := range m.pods {
 		if _, ok := m.admitted[name]; !ok {
 			names = append(names, name)
 		}
@@ -319,43 +342,61 @@ func (m *kubeletModel) settle() error {
 	return nil
 }
 
-// admitPod is the kubelet's device manager admitting one pod: the healthy ids it does not hold,
-// the plugin's preferred set among them if it is one, and Allocate with those ids.
+// admitPod is the kubelet's device manager admitting one pod, container by container: the
+// healthy ids of the container's pool that it does not hold (for another container, or for an
+// earlier one of this pod), the plugin's preferred set among them if it is one, and Allocate
+// with those ids. A container it cannot serve fails the pod.
 func (m *kubeletModel) admitPod(name string) error {
-	count, res := m.counts[name], m.res[name]
-	held := map[string]bool{}
-	for other, ids := range m.admitted {
-		if m.res[other] == res {
-			for _, id := range ids {
-				held[id] = true
+	held := map[string]map[string]bool{} // pool -> ids
+	hold := func(res string, ids []string) {
+		if held[res] == nil {
+			held[res] = map[string]bool{}
+		}
+		for _, id := range ids {
+			held[res][id] = true
+		}
+	}
+	for other, ctrIDs := range m.admitted {
+		for i, ids := range ctrIDs {
+			hold(m.pods[other][i].res, ids)
+		}
+	}
+	var all [][]string
+	got := map[string]topology.Allocation{}
+	for _, c := range m.pods[name] {
+		var available []string
+		for _, id := range poolIDs(m.p.shape, c.res) {
+			if !held[c.res][id] && !m.view[c.res][id] {
+				available = append(available, id)
 			}
 		}
-	}
-	var available []string
-	for _, id := range poolIDs(m.p.shape, res) {
-		if !held[id] && !m.view[res][id] {
-			available = append(available, id)
+		if len(available) < c.count {
+			return m.refuse(name, fmt.Errorf("the kubelet cannot admit %s container %s: Requested: %d, Available: %d (ids %v; withdrawn %v; held %v)",
+				name, c.name, c.count, len(available), available, sortedKeys(m.view[c.res]), sortedKeys(held[c.res])))
 		}
+		ids := m.p.preferred(m.ctx, c.res, available, nil, c.count)
+		if len(ids) != c.count || !allIn(ids, setOf(available)) {
+			ids = available[:c.count] // the kubelet ignores a preference it cannot take
+		}
+		r, err := m.p.allocate(m.ctx, c.res, ids)
+		if err != nil {
+			return m.refuse(name, fmt.Errorf("Allocate for %s container %s (ids %v): %v", name, c.name, ids, err))
+		}
+		hw, err := hardwareOfResponse(m.p.shape, r)
+		if err != nil {
+			return err
+		}
+		hold(c.res, ids)
+		all = append(all, ids)
+		got[name+"/"+c.name] = hw
+		m.logf("kubelet admits %s container %s with %s ids %v: gets devices %v cores %v", name, c.name, strings.TrimPrefix(c.res, "aws.amazon.com/"), ids, hw.Devices, hw.Cores)
 	}
-	if len(available) < count {
-		return m.refuse(name, fmt.Errorf("the kubelet cannot admit %s: Requested: %d, Available: %d (ids %v; withdrawn %v; held %v)",
-			name, count, len(available), available, sortedKeys(m.view[res]), sortedKeys(held)))
-	}
-	ids := m.p.preferred(m.ctx, res, available, nil, count)
-	if len(ids) != count || !allIn(ids, setOf(available)) {
-		ids = available[:count] // the kubelet ignores a preference it cannot take
-	}
-	r, err := m.p.allocate(m.ctx, res, ids)
-	if err != nil {
-		return m.refuse(name, fmt.Errorf("Allocate for %s (ids %v): %v", name, ids, err))
-	}
-	hw, err := hardwareOfResponse(m.p.shape, r)
-	if err != nil {
-		return err
-	}
-	m.admitted[name], m.got[name] = ids, hw
+	m.admitted[name] = all
+	maps.Copy(m.got, got)
 	m.admissions++
-	m.logf("kubelet admits %s with %s ids %v: gets devices %v cores %v", name, res, ids, hw.Devices, hw.Cores)
+	if len(all) > 1 {
+		m.multi++
+	}
 	return nil
 }
 
@@ -386,7 +427,14 @@ func (m *kubeletModel) refuse(name string, err error) error {
 func (m *kubeletModel) podResources() []*podresv1.PodResources {
 	var podRes []*podresv1.PodResources
 	for _, name := range sortedKeys(m.admitted) {
-		podRes = append(podRes, admitted(name, m.res[name], m.admitted[name]...))
+		pr := &podresv1.PodResources{Namespace: "ns", Name: name}
+		for i, ids := range m.admitted[name] {
+			c := m.pods[name][i]
+			pr.Containers = append(pr.Containers, &podresv1.ContainerResources{
+				Name: c.name, Devices: []*podresv1.ContainerDevices{{ResourceName: c.res, DeviceIds: ids}},
+			})
+		}
+		podRes = append(podRes, pr)
 	}
 	return podRes
 }
@@ -445,10 +493,11 @@ func (m *kubeletModel) remove(name string) error {
 	if err := m.indexer.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}); err != nil {
 		return err
 	}
+	for _, c := range m.pods[name] {
+		delete(m.got, name+"/"+c.name)
+	}
 	delete(m.admitted, name)
-	delete(m.got, name)
-	delete(m.counts, name)
-	delete(m.res, name)
+	delete(m.pods, name)
 	return nil
 }
 
@@ -482,8 +531,8 @@ func (m *kubeletModel) checkDisjoint() error {
 	return nil
 }
 
-// checkSettled: every running container's record names what it got, served, and (unless the run
-// lags) no waiting record names hardware a running container got.
+// checkSettled: every running container's record entry names what it got, served, and (unless
+// the run lags) no waiting entry names hardware a running container got.
 func (m *kubeletModel) checkSettled() error {
 	recs := m.records()
 	owner := map[int]string{}
@@ -499,7 +548,7 @@ func (m *kubeletModel) checkSettled() error {
 	for name, c := range recs {
 		if _, ok := m.got[name]; ok || m.lagging {
 			// A lagging run may have let the extender place a pod on hardware a container
-			// runs on, with no room left to move its record: its Allocate call is refused.
+			// runs on: its Allocate call is refused.
 			continue
 		}
 		hw, err := c.Hardware(m.p.shape)

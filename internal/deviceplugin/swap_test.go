@@ -196,3 +196,47 @@ func TestChainedSwapsGiveTheWaitingPodTheHardwareNobodyGot(t *testing.T) {
 		t.Errorf("record fixes %v, want %v", got, want)
 	}
 }
+
+// TestAnAnswerBelongsToThePodThatGotIt: the kubelet admitted y first, and its call was matched to
+// x's record (the oldest), so the plugin's answer named x. Once PodResources show y holding the
+// ids, the answer is y's: when y has gone, and before the next refresh, a new pod placed on that
+// device is served, not refused as if x (which runs elsewhere) held it.
+func TestAnAnswerBelongsToThePodThatGotIt(t *testing.T) {
+	p, client, ctx := testPlugin(t,
+		testPod("x").neuron(1).record(1, 0).obj(),
+		testPod("y").neuron(1).record(2, 1).obj(),
+	)
+	var podRes []*podresv1.PodResources
+	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return podRes, nil }
+	reconcile := func() {
+		pods, _ := p.pods.List(labels.Everything())
+		p.reconcile(ctx, pods, podRes, true)
+	}
+	if _, err := p.allocate(ctx, topology.ResourceNeuron, []string{"0"}); err != nil { // y's call, matched to x's record
+		t.Fatal(err)
+	}
+	podRes = []*podresv1.PodResources{admitted("y", topology.ResourceNeuron, "0")}
+	reconcile()
+	if _, err := p.allocate(ctx, topology.ResourceNeuron, []string{"1"}); err != nil { // x's call
+		t.Fatal(err)
+	}
+	podRes = append(podRes, admitted("x", topology.ResourceNeuron, "1"))
+	reconcile()
+
+	// y ends; the kubelet releases id 0; the extender places z on device 0.
+	if err := client.CoreV1().Pods("ns").Delete(ctx, "y", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	podRes = podRes[1:]
+	z := testPod("z").neuron(1).record(3, 0).obj()
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, z, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"0"})
+	if err != nil {
+		t.Fatalf("z's call: %v", err)
+	}
+	if got := r.Envs[allocation.EnvVisibleDevices]; got != "0" {
+		t.Errorf("z got devices %s, want its record's 0", got)
+	}
+}
