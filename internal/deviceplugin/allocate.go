@@ -321,6 +321,11 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 		} else {
 			holder += " (" + c.Resource + ")"
 		}
+		if matched != nil && c.Admitted && c.PodUID == matched.PodUID {
+			// The record's own container runs there: the call is not for it.
+			return nil, fmt.Errorf("the kubelet asked for %d %s (ids %s) and the only waiting record of that size is pod %s container %s's, but the kubelet already runs that container on devices %s (cores %s); the call is for another pod, whose record the plugin does not see yet, refusing to hand the devices out twice: delete the pod that failed and let its controller create it again",
+				len(ids), resource, strings.Join(ids, ","), matched.Pod, matched.Container.Name, topology.FormatList(hw.Devices), topology.FormatList(hw.Cores))
+		}
 		return nil, fmt.Errorf("pod %s: devices %s (cores %s) are already in use by %s; refusing to hand them out twice. The kubelet admitted the pod before it saw the plugin withdraw these ids: delete the pod and let its controller create it again",
 			who, topology.FormatList(hw.Devices), topology.FormatList(hw.Cores), holder)
 	}

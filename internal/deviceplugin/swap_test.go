@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -238,5 +239,26 @@ func TestAnAnswerBelongsToThePodThatGotIt(t *testing.T) {
 	}
 	if got := r.Envs[allocation.EnvVisibleDevices]; got != "0" {
 		t.Errorf("z got devices %s, want its record's 0", got)
+	}
+}
+
+// TestACallMatchedToARunningContainersRecordIsRefused: a record whose container the kubelet
+// already runs on its devices (admitted, not yet marked served) cannot be what a new call is
+// for: the call is refused, and the message says why, not that the pod conflicts with itself.
+func TestACallMatchedToARunningContainersRecordIsRefused(t *testing.T) {
+	p, _, ctx := testPlugin(t, testPod("a").neuron(1).record(1, 0).obj())
+	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return nil, nil }
+	p.mu.Lock()
+	p.holdings = []Holding{{Pod: "ns/a", PodUID: "uid-a", Container: "app", Resource: topology.ResourceNeuron,
+		KubeletIDs: []string{"3"}, Hardware: hw(t, p.shape, topology.ResourceNeuron, "0"), Admitted: true}}
+	p.mu.Unlock()
+	_, err := p.allocate(ctx, topology.ResourceNeuron, []string{"5"})
+	if err == nil {
+		t.Fatal("a call matched to a's record was served a's device 0, which a runs on")
+	}
+	for _, want := range []string{"only waiting record of that size is pod ns/a container app's", "already runs that container on devices 0", "refusing to hand the devices out twice"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q\ndoes not contain %q", err, want)
+		}
 	}
 }
