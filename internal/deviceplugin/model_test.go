@@ -36,17 +36,17 @@ import (
 //   - once the plugin's informer has caught up and a refresh has run, a record that does not
 //     name what its container got, or a waiting record on hardware someone else got.
 //
-// The model: a node of one of five shapes (trn1.32xlarge, inf2.48xlarge, trn2.48xlarge at LNC
-// 1 and 2, inf1.6xlarge); pods have one container or two, which ask through one pool, or, in mixed runs,
-// through any of the three (a device taken through one pool is withdrawn from the others). The extender places each new pod
-// best-fit on the hardware of the node's records
-// and binds it (record written, pod created; the plugin's informer shows the pod at once or only
-// at its next catch-up, and shows the plugin's own record writes only then). The kubelet admits
-// waiting pods in any order, back to back: it takes ids from what the pool last reported
-// healthy, asks GetPreferredAllocation and calls Allocate with the ids; the contents of each
-// answer are what the container gets. The refresh an Allocate asks for runs at once or after
-// further admissions, but before a pod finishes or the extender binds the next one (it runs
-// within milliseconds); pods finish, and the plugin refreshes on that or not.
+// The model: a node of one of five shapes (trn1.32xlarge, inf2.48xlarge, trn2.48xlarge at LNC 1
+// and 2, inf1.6xlarge); pods have one container or two, which ask through one pool, or, in mixed
+// runs, through any of the three (a device taken through one pool is withdrawn from the others).
+// The extender places each new pod best-fit on the hardware of the node's records and binds it
+// (record written, pod created; the plugin's informer shows the pod at once or only at its next
+// catch-up, and shows the plugin's own record writes only then). The kubelet admits waiting pods
+// in any order, back to back: it takes ids from what the pool last reported healthy, asks
+// GetPreferredAllocation and calls Allocate with the ids; the contents of each answer are what the
+// container gets. The refresh an Allocate asks for runs at once or after further admissions, but
+// before a pod finishes or the extender binds the next one (it runs within milliseconds); pods
+// finish, and the plugin refreshes on that or not.
 //
 // Lagging runs let refreshes wait any number of steps. The extender can then place a pod on
 // hardware a container runs on (that container ran on another pod's record, which went before a
