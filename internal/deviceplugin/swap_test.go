@@ -262,3 +262,22 @@ func TestACallMatchedToARunningContainersRecordIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestAGoneAnswersIdsHeldByAnotherPodStillConflict: the plugin's answer for kubelet id 3
+// (device 0) names x, whose record it was matched to; x is gone, but the kubelet's PodResources
+// show y holding id 3: y runs on device 0, and z's record for device 0 must be refused.
+func TestAGoneAnswersIdsHeldByAnotherPodStillConflict(t *testing.T) {
+	p, _, ctx := testPlugin(t, testPod("y").neuron(1).obj(), testPod("z").neuron(1).record(3, 0).obj())
+	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) {
+		return []*podresv1.PodResources{admitted("y", topology.ResourceNeuron, "3")}, nil
+	}
+	p.served[topology.ResourceNeuron+"|3"] = servedEntry{hw: hw(t, p.shape, topology.ResourceNeuron, "0"), resource: topology.ResourceNeuron,
+		kubelet: []string{"3"}, podUID: "uid-x", pod: "ns/x", container: "app", at: time.Now()}
+	_, err := p.allocate(ctx, topology.ResourceNeuron, []string{"5"})
+	if err == nil {
+		t.Fatal("z was served device 0, which y runs on")
+	}
+	if !strings.Contains(err.Error(), "already in use by pod ns/y") {
+		t.Errorf("error %q does not name y as the holder", err)
+	}
+}
