@@ -84,7 +84,7 @@ func TestKubeletModel(t *testing.T) {
 				for seed := range uint64(seeds) {
 					t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 						m := newKubeletModel(t, pools, seed)
-						m.lagging = lagging
+						m.lagging, m.restarts = lagging, os.Getenv("KUBELET_MODEL_RESTARTS") == "1"
 						if err := m.run(80); err != nil {
 							t.Fatalf("%v\nsteps:\n%s", err, strings.Join(m.trace, "\n"))
 						}
@@ -113,6 +113,12 @@ type kubeletModel struct {
 	client  *fake.Clientset
 	indexer cache.Indexer
 	pools   []string // the pools pods ask through: one, or all three (mixed)
+	shape   *topology.Shape
+	// restarts lets the plugin's process restart (KUBELET_MODEL_RESTARTS=1). Off by default: a
+	// restart between an Allocate that served another pod's record and the refresh that fixes
+	// the records loses what the container got, which nothing durable keeps yet (about 2 % of
+	// runs fail; see docs/device-plugin.md).
+	restarts bool
 
 	next     int                            // pods created so far
 	pods     map[string][]modelCtr          // pod name -> its containers
@@ -135,7 +141,6 @@ type modelCtr struct {
 }
 
 func newKubeletModel(t *testing.T, pools []string, seed uint64) *kubeletModel {
-	p, _, ctx := testPlugin(t)
 	// Each seed runs on one of these instance types: trees, rings and tori, 1 to 8 cores per device.
 	types := []struct {
 		name string
@@ -150,21 +155,36 @@ func newKubeletModel(t *testing.T, pools []string, seed uint64) *kubeletModel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.shape, p.health = shape, neuron.NewHealth(shape.Devices(), nil)
-	// The field-managed tracker of fake.NewClientset builds a REST mapper on every write, which
-	// took most of this test's time; field management plays no part here.
-	client := fake.NewSimpleClientset()
-	p.o.Client = client
-	m := &kubeletModel{}
-	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return m.podResources(), nil }
-	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	*m = kubeletModel{
-		t: t, ctx: ctx, rng: rand.New(rand.NewPCG(seed, 0x6b6e)), p: p, client: client, indexer: indexer, pools: pools,
-		pods: map[string][]modelCtr{}, admitted: map[string][][]string{}, got: map[string]topology.Allocation{}, view: map[string]map[string]bool{},
+	m := &kubeletModel{
+		t: t, rng: rand.New(rand.NewPCG(seed, 0x6b6e)), pools: pools, shape: shape,
+		// The field-managed tracker of fake.NewClientset builds a REST mapper on every write,
+		// which took most of this test's time; field management plays no part here.
+		client:  fake.NewSimpleClientset(),
+		indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+		pods:    map[string][]modelCtr{}, admitted: map[string][][]string{}, got: map[string]topology.Allocation{}, view: map[string]map[string]bool{},
 	}
-	p.pods = corelisters.NewPodLister(indexer)
+	m.startPlugin()
 	m.logf("%s at LNC %d: %d devices, %d cores", it.name, shape.LNC, shape.Devices(), shape.Cores())
 	return m
+}
+
+// startPlugin starts a plugin process on the model's node: nothing served, nothing remembered.
+func (m *kubeletModel) startPlugin() {
+	p, _, ctx := testPlugin(m.t)
+	p.shape, p.health = m.shape, neuron.NewHealth(m.shape.Devices(), nil)
+	p.o.Client = m.client
+	p.pods = corelisters.NewPodLister(m.indexer)
+	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return m.podResources(), nil }
+	m.p, m.ctx = p, ctx
+}
+
+// restart is the plugin's process ending (its answers and writes in memory are lost) and
+// starting again: its informer lists the pods, it refreshes, then it serves.
+func (m *kubeletModel) restart() error {
+	m.startPlugin()
+	m.logf("the plugin restarts")
+	m.catchUp()
+	return m.refresh()
 }
 
 func (m *kubeletModel) logf(format string, args ...any) {
@@ -174,15 +194,17 @@ func (m *kubeletModel) logf(format string, args ...any) {
 func (m *kubeletModel) run(steps int) error {
 	for range steps {
 		var err error
-		switch n := m.rng.IntN(10); {
-		case n < 4:
+		switch n := m.rng.IntN(40); {
+		case n < 16:
 			err = m.bindNewPod()
-		case n < 8:
+		case n < 32:
 			err = m.admit()
-		case n < 9:
+		case n < 36:
 			err = m.finish()
-		default:
+		case n < 39 || !m.restarts:
 			m.catchUp()
+		default:
+			err = m.restart()
 		}
 		if err != nil {
 			return err
