@@ -41,14 +41,10 @@ func (p *Plugin) match(ctx context.Context, resource string, count int) (Candida
 	if ok && !cached.Published {
 		return cached, cands, true
 	}
-	list, err := p.o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.o.NodeName})
+	pods, err := p.listNodePods(ctx)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Listing the node's pods failed", "err", err)
 		return cached, cands, ok
-	}
-	pods := make([]*corev1.Pod, len(list.Items))
-	for i := range list.Items {
-		pods[i] = &list.Items[i]
 	}
 	cands = p.candidatesOf(pods, false)
 	c, ok := Match(cands, resource, count, p.inflightSkip())
@@ -329,7 +325,7 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 		return nil, fmt.Errorf("pod %s: devices %s (cores %s) are already in use by %s; refusing to hand them out twice. The kubelet admitted the pod before it saw the plugin withdraw these ids: delete the pod and let its controller create it again",
 			who, topology.FormatList(hw.Devices), topology.FormatList(hw.Cores), holder)
 	}
-	key := resource + "|" + strings.Join(ids, ",")
+	key := servedKey(resource, ids)
 	entry := servedEntry{hw: hw, resource: resource, kubelet: ids, at: time.Now()}
 	if matched != nil {
 		entry.podUID, entry.pod, entry.container = matched.PodUID, matched.Pod, matched.Container.Name
@@ -374,12 +370,7 @@ func (p *Plugin) confirm(ctx context.Context, conflicts []Holding) []Holding {
 		for _, pr := range podRes {
 			for _, c := range pr.Containers {
 				for _, d := range c.Devices {
-					if d.ResourceName != h.Resource || len(d.DeviceIds) != len(h.KubeletIDs) {
-						continue
-					}
-					ids := slices.Clone(d.DeviceIds)
-					sortIDs(ids)
-					if slices.Equal(ids, h.KubeletIDs) {
+					if servedKey(d.ResourceName, d.DeviceIds) == servedKey(h.Resource, h.KubeletIDs) {
 						return pr.Namespace + "/" + pr.Name
 					}
 				}

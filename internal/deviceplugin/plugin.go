@@ -100,7 +100,7 @@ type Plugin struct {
 	mu       sync.Mutex
 	health   *neuron.Health
 	holdings []Holding
-	served   map[string]servedEntry // resource + "|" + kubelet ids -> what Allocate answered
+	served   map[string]servedEntry // servedKey -> what Allocate answered
 	inflight map[string]time.Time   // podUID/container matched by calls whose patch is in flight
 	// written holds the record entries this plugin wrote (podUID/container/resource) until the
 	// informer shows them: the plugin reads its own writes, also when its watch lags.
@@ -120,6 +120,26 @@ func (p *Plugin) kubeletPodResources(ctx context.Context) ([]*podresv1.PodResour
 		return p.podResources(ctx)
 	}
 	return p.listPodResources(ctx)
+}
+
+// servedKey is the key of the answer for a call with these kubelet ids of resource.
+func servedKey(resource string, ids []string) string {
+	sorted := slices.Clone(ids)
+	sortIDs(sorted)
+	return resource + "|" + strings.Join(sorted, ",")
+}
+
+// listNodePods reads the node's pods from the API server, for when the informer may lag.
+func (p *Plugin) listNodePods(ctx context.Context) ([]*corev1.Pod, error) {
+	list, err := p.o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.o.NodeName})
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	return pods, nil
 }
 
 type servedEntry struct {
@@ -363,14 +383,10 @@ func (p *Plugin) reconcile(ctx context.Context, pods []*corev1.Pod, podRes []*po
 		// yet: its answer may have been matched to another pod's record (the oldest waiting),
 		// and a refresh that fixed that record without this pod's would leave both naming the
 		// same hardware. Read the node's pods from the API server instead.
-		list, err := p.o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.o.NodeName})
-		if err != nil {
+		if listed, err := p.listNodePods(ctx); err != nil {
 			klog.FromContext(ctx).V(2).Info("Listing the node's pods for a pod the informer does not show yet failed", "pod", who, "err", err)
 		} else {
-			pods, cached = make([]*corev1.Pod, len(list.Items)), false
-			for i := range list.Items {
-				pods[i] = &list.Items[i]
-			}
+			pods, cached = listed, false
 		}
 	}
 	holdings, fixes := p.computeHoldings(pods, podRes, podResOK, cached)
@@ -511,7 +527,7 @@ func (p *Plugin) computeHoldings(pods []*corev1.Pod, podRes []*podresv1.PodResou
 				}
 				ids := slices.Clone(d.DeviceIds)
 				sortIDs(ids)
-				skey := d.ResourceName + "|" + strings.Join(ids, ",")
+				skey := servedKey(d.ResourceName, ids)
 				var hw topology.Allocation
 				var err error
 				entry, haveServed := p.served[skey]
@@ -629,9 +645,7 @@ func (p *Plugin) answeredUnseen(pods []*corev1.Pod, podRes []*podresv1.PodResour
 		}
 		for _, c := range pr.Containers {
 			for _, d := range c.Devices {
-				ids := slices.Clone(d.DeviceIds)
-				sortIDs(ids)
-				if _, ok := p.served[d.ResourceName+"|"+strings.Join(ids, ",")]; ok {
+				if _, ok := p.served[servedKey(d.ResourceName, d.DeviceIds)]; ok {
 					return pr.Namespace + "/" + pr.Name
 				}
 			}

@@ -73,16 +73,8 @@ func (p *Plugin) displaced(records map[string]*allocation.Record, covered map[st
 				if c.Resource != f.resource || !c.Served || covered[k] || isDisplaced[k] || !sameHardware(p.shape, c, f.hw) {
 					continue
 				}
-				hw, err := c.Hardware(p.shape)
-				if err != nil {
-					continue
-				}
-				n := len(hw.Devices)
-				if unit, _ := topology.UnitOf(c.Resource); unit == topology.UnitCore {
-					n = len(hw.Cores)
-				}
 				isDisplaced[k] = true
-				found = append(found, displacedRecord{podUID: uid, container: c.Name, resource: c.Resource, count: n, by: f})
+				found = append(found, displacedRecord{podUID: uid, container: c.Name, resource: c.Resource, count: c.Count(), by: f})
 			}
 		}
 	}
@@ -98,13 +90,16 @@ func (p *Plugin) displaced(records map[string]*allocation.Record, covered map[st
 	overlaps := func(hw topology.Allocation, cores map[int]bool) bool {
 		return slices.ContainsFunc(hw.Cores, func(c int) bool { return cores[c] })
 	}
+	sharesCore := func(a, b topology.Allocation) bool {
+		return slices.ContainsFunc(a.Cores, func(c int) bool { return slices.Contains(b.Cores, c) })
+	}
 	chainEnd := func(f recordFix) (topology.Allocation, bool) {
 		seen := map[string]bool{f.podUID + "/" + f.container + "/" + f.resource: true}
 		hw, ok := oldHW(f)
 		for ok {
 			next := -1
 			for i, g := range served {
-				if !seen[g.podUID+"/"+g.container+"/"+g.resource] && overlaps(hw, coreSet(g.hw)) {
+				if !seen[g.podUID+"/"+g.container+"/"+g.resource] && sharesCore(hw, g.hw) {
 					next = i
 					break
 				}
@@ -182,14 +177,6 @@ func (p *Plugin) displaced(records map[string]*allocation.Record, covered map[st
 			busy[c] = true
 		}
 		out = append(out, recordFix{pod: podByUID(pods, d.podUID), podUID: d.podUID, container: d.container, resource: d.resource, hw: fit.Allocation, served: false})
-	}
-	return out
-}
-
-func coreSet(hw topology.Allocation) map[int]bool {
-	out := make(map[int]bool, len(hw.Cores))
-	for _, c := range hw.Cores {
-		out[c] = true
 	}
 	return out
 }
