@@ -28,13 +28,14 @@ func main() {
 	fs.StringVar(&o.SysfsRoot, "sysfs-root", "/", "root under which sys/devices/virtual/neuron_device and opt/aws/neuron are read")
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device plugin directory (kubelet.sock)")
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket")
+	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/kube-neuron/device-plugin", "a host directory of the plugin's own where it keeps which devices it gave each container ("+deviceplugin.CheckpointFile+"), so that a restart does not lose it; not the kubelet's device-plugins directory, which the kubelet empties; empty keeps nothing")
 	fs.DurationVar(&o.HealthInterval, "health-interval", 1e9, "how often device health and usage are checked")
 	fs.StringVar(&source, "allocation-source", "auto", "where Allocate takes devices from: auto (the scheduler extender's record when one matches, else the kubelet's ids), extender, or kubelet")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", ":9464", "address of /metrics and /healthz; empty disables them")
 	fs.StringVar(&catalog, "catalog", "", "instance catalog file applied over the built-in one")
 	env := map[string]string{
 		"node-name": "NODE_NAME", "kubeconfig": "KUBECONFIG", "sysfs-root": "NEURON_SYSFS_ROOT",
-		"device-plugin-dir": "KUBELET_DEVICE_PLUGIN_DIR", "pod-resources-socket": "KUBELET_POD_RESOURCES_SOCKET",
+		"device-plugin-dir": "KUBELET_DEVICE_PLUGIN_DIR", "pod-resources-socket": "KUBELET_POD_RESOURCES_SOCKET", "state-dir": "NEURON_STATE_DIR",
 		"health-interval": "NEURON_HEALTH_INTERVAL", "allocation-source": "NEURON_ALLOCATION_SOURCE",
 		"metrics-address": "NEURON_METRICS_ADDRESS", "catalog": "NEURON_CATALOG",
 	}

@@ -195,6 +195,7 @@ func checkDevicePlugin(t *testing.T, m manifest, ns string) {
 		{Name: "NEURON_SYSFS_ROOT", Value: "/"},
 		{Name: "KUBELET_DEVICE_PLUGIN_DIR", Value: "/var/lib/kubelet/device-plugins"},
 		{Name: "KUBELET_POD_RESOURCES_SOCKET", Value: "/var/lib/kubelet/pod-resources/kubelet.sock"},
+		{Name: "NEURON_STATE_DIR", Value: "/var/lib/kube-neuron/device-plugin"},
 		{Name: "NEURON_HEALTH_INTERVAL", Value: "1s"},
 		{Name: "NEURON_ALLOCATION_SOURCE", Value: "auto"},
 		{Name: "NEURON_METRICS_ADDRESS", Value: ":9464"},
@@ -225,6 +226,7 @@ func checkDevicePlugin(t *testing.T, m manifest, ns string) {
 	}
 	checkMounts(t, spec, c, []mount{
 		{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/device-plugins", corev1.HostPathDirectory, false},
+		{"/var/lib/kube-neuron/device-plugin", "/var/lib/kube-neuron/device-plugin", corev1.HostPathDirectoryOrCreate, false},
 		{"/var/lib/kubelet/pod-resources", "/var/lib/kubelet/pod-resources", corev1.HostPathDirectory, true},
 		{"/sys", "/sys", corev1.HostPathDirectory, true},
 		{"/opt/aws/neuron", "/opt/aws/neuron", corev1.HostPathDirectoryOrCreate, true},
@@ -524,6 +526,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"devicePlugin.metricsPort=70000", "/devicePlugin/metricsPort"},
 		{"devicePlugin.healthInterval=soon", "/devicePlugin/healthInterval"},
 		{"devicePlugin.kubeletDevicePluginDir=relative/dir", "/devicePlugin/kubeletDevicePluginDir"},
+		{"devicePlugin.stateDir=state", "/devicePlugin/stateDir"},
 		{"devicePlugin.resources.requests.cpu=lots", "/devicePlugin/resources/requests/cpu"},
 		{"devicePlugin.tolerations[0].keyy=x", "additional properties 'keyy' not allowed"},
 		{"npd.nodeProblemDetector.image.tg=v1", "additional properties 'tg' not allowed"},
@@ -556,6 +559,7 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 		"devicePlugin.sysfsRoot=/host",
 		"devicePlugin.kubeletDevicePluginDir=/kubelet/dp",
 		"devicePlugin.kubeletPodResourcesSocket=/kubelet/pr/kubelet.sock",
+		"devicePlugin.stateDir=/state/dp",
 		"devicePlugin.healthInterval=5s",
 		"devicePlugin.allocationSource=kubelet",
 		"devicePlugin.metricsPort=9000",
@@ -593,6 +597,7 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 		"NEURON_SYSFS_ROOT":            "/host",
 		"KUBELET_DEVICE_PLUGIN_DIR":    "/kubelet/dp",
 		"KUBELET_POD_RESOURCES_SOCKET": "/kubelet/pr/kubelet.sock",
+		"NEURON_STATE_DIR":             "/state/dp",
 		"NEURON_HEALTH_INTERVAL":       "5s",
 		"NEURON_ALLOCATION_SOURCE":     "kubelet",
 		"NEURON_METRICS_ADDRESS":       ":9000",
@@ -614,6 +619,7 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 	}
 	checkMounts(t, spec, c, []mount{
 		{"/kubelet/dp", "/kubelet/dp", corev1.HostPathDirectory, false},
+		{"/state/dp", "/state/dp", corev1.HostPathDirectoryOrCreate, false},
 		{"/kubelet/pr", "/kubelet/pr", corev1.HostPathDirectory, true},
 		{"/host/sys", "/sys", corev1.HostPathDirectory, true},
 		{"/host/opt/aws/neuron", "/opt/aws/neuron", corev1.HostPathDirectoryOrCreate, true},

@@ -333,7 +333,22 @@ func (p *Plugin) allocate(ctx context.Context, resource string, kubeletIDs []str
 			p.inflight[matched.PodUID+"/"+matched.Container.Name] = time.Now()
 		}
 	}
+	prev, hadPrev := p.served[key]
 	p.served[key] = entry
+	if err := p.saveCheckpointLocked(); err != nil {
+		// Like the kubelet, which fails an admission whose checkpoint it cannot write: an
+		// answer a restart could lose is not given.
+		if hadPrev {
+			p.served[key] = prev
+		} else {
+			delete(p.served, key)
+		}
+		if matched != nil && !isAgain {
+			delete(p.inflight, matched.PodUID+"/"+matched.Container.Name)
+		}
+		p.mu.Unlock()
+		return nil, fmt.Errorf("pod %s: %w; the plugin keeps every answer there before giving it, so that a restart does not lose which devices a container got: make the directory writable (--state-dir, the chart's devicePlugin.stateDir)", who, err)
+	}
 	p.holdings = append(p.holdings, Holding{Pod: who, PodUID: podUID, Resource: resource, KubeletIDs: ids, Hardware: hw})
 	p.mu.Unlock()
 	p.metrics.allocations.WithLabelValues(resource, source).Inc()

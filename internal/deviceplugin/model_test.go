@@ -46,7 +46,9 @@ import (
 // GetPreferredAllocation and calls Allocate with the ids; the contents of each answer are what the
 // container gets. The refresh an Allocate asks for runs at once or after further admissions, but
 // before a pod finishes or the extender binds the next one (it runs within milliseconds); pods
-// finish, and the plugin refreshes on that or not.
+// finish, and the plugin refreshes on that or not. The plugin's process restarts now and then
+// (in memory it forgets everything; its checkpoint, CheckpointFile, keeps its answers), also
+// between an Allocate and the refresh it asked for.
 //
 // Lagging runs let refreshes wait any number of steps. The extender can then place a pod on
 // hardware a container runs on (that container ran on another pod's record, which went before a
@@ -54,7 +56,7 @@ import (
 // records must still end up naming what their containers got.
 //
 // Each seed is a run of its own; a failure names the seed and the steps up to it. More seeds:
-// KUBELET_MODEL_SEEDS=3000 go test -run TestKubeletModel ./internal/deviceplugin/ (about 4 min).
+// KUBELET_MODEL_SEEDS=3000 go test -run TestKubeletModel ./internal/deviceplugin/ (about 7 min).
 func TestKubeletModel(t *testing.T) {
 	seeds := 200 // about 17 s
 	if raceEnabled {
@@ -84,7 +86,7 @@ func TestKubeletModel(t *testing.T) {
 				for seed := range uint64(seeds) {
 					t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 						m := newKubeletModel(t, pools, seed)
-						m.lagging, m.restarts = lagging, os.Getenv("KUBELET_MODEL_RESTARTS") == "1"
+						m.lagging = lagging
 						if err := m.run(80); err != nil {
 							t.Fatalf("%v\nsteps:\n%s", err, strings.Join(m.trace, "\n"))
 						}
@@ -114,11 +116,8 @@ type kubeletModel struct {
 	indexer cache.Indexer
 	pools   []string // the pools pods ask through: one, or all three (mixed)
 	shape   *topology.Shape
-	// restarts lets the plugin's process restart (KUBELET_MODEL_RESTARTS=1). Off by default: a
-	// restart between an Allocate that served another pod's record and the refresh that fixes
-	// the records loses what the container got, which nothing durable keeps yet (about 2 % of
-	// runs fail; see docs/device-plugin.md).
-	restarts bool
+	// stateDir is the plugin's --state-dir: its checkpoint outlives the process.
+	stateDir string
 
 	next     int                            // pods created so far
 	pods     map[string][]modelCtr          // pod name -> its containers
@@ -163,25 +162,33 @@ func newKubeletModel(t *testing.T, pools []string, seed uint64) *kubeletModel {
 		indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		pods:    map[string][]modelCtr{}, admitted: map[string][][]string{}, got: map[string]topology.Allocation{}, view: map[string]map[string]bool{},
 	}
-	m.startPlugin()
+	m.stateDir = t.TempDir()
+	if err := m.startPlugin(); err != nil {
+		t.Fatal(err)
+	}
 	m.logf("%s at LNC %d: %d devices, %d cores", it.name, shape.LNC, shape.Devices(), shape.Cores())
 	return m
 }
 
-// startPlugin starts a plugin process on the model's node: nothing served, nothing remembered.
-func (m *kubeletModel) startPlugin() {
+// startPlugin starts a plugin process on the model's node: nothing in memory, the answers of
+// the previous process from its checkpoint.
+func (m *kubeletModel) startPlugin() error {
 	p, _, ctx := testPlugin(m.t)
 	p.shape, p.health = m.shape, neuron.NewHealth(m.shape.Devices(), nil)
-	p.o.Client = m.client
+	p.o.Client, p.o.StateDir = m.client, m.stateDir
 	p.pods = corelisters.NewPodLister(m.indexer)
 	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return m.podResources(), nil }
 	m.p, m.ctx = p, ctx
+	return p.loadCheckpoint(ctx)
 }
 
 // restart is the plugin's process ending (its answers and writes in memory are lost) and
-// starting again: its informer lists the pods, it refreshes, then it serves.
+// starting again: it reads its checkpoint, its informer lists the pods, it refreshes, then it
+// serves.
 func (m *kubeletModel) restart() error {
-	m.startPlugin()
+	if err := m.startPlugin(); err != nil {
+		return err
+	}
 	m.logf("the plugin restarts")
 	m.catchUp()
 	return m.refresh()
@@ -201,7 +208,7 @@ func (m *kubeletModel) run(steps int) error {
 			err = m.admit()
 		case n < 36:
 			err = m.finish()
-		case n < 39 || !m.restarts:
+		case n < 39:
 			m.catchUp()
 		default:
 			err = m.restart()

@@ -74,11 +74,13 @@ type Options struct {
 	SysfsRoot          string
 	DevicePluginDir    string // the kubelet's device-plugins directory (kubelet.sock)
 	PodResourcesSocket string // the kubelet's PodResources API socket
-	HealthInterval     time.Duration
-	Source             Source
-	MetricsAddress     string // "" disables the metrics and health endpoint
-	Client             kubernetes.Interface
-	Catalog            *topology.Catalog
+	// StateDir keeps the checkpoint of Allocate's answers (CheckpointFile); "" keeps none.
+	StateDir       string
+	HealthInterval time.Duration
+	Source         Source
+	MetricsAddress string // "" disables the metrics and health endpoint
+	Client         kubernetes.Interface
+	Catalog        *topology.Catalog
 	// Hardware overrides the sysfs reader (tests); nil reads SysfsRoot.
 	Hardware neuron.Hardware
 }
@@ -108,6 +110,8 @@ type Plugin struct {
 	pools      map[string]*pool
 	lastHealth map[string]map[string]string
 	reported   map[string]bool // pod UID + message: problems of published-stack annotations already reported
+	// savedCheckpoint is the checkpoint's content as last written or read.
+	savedCheckpoint []byte
 
 	refreshCh chan struct{}
 	// podResources lists the kubelet's PodResources; nil calls listPodResources (tests set it).
@@ -193,6 +197,9 @@ func New(ctx context.Context, o Options) (*Plugin, error) {
 		health: neuron.NewHealth(shape.Devices(), node),
 		served: map[string]servedEntry{}, inflight: map[string]time.Time{}, written: map[string]writtenEntry{}, pools: map[string]*pool{},
 		lastHealth: map[string]map[string]string{}, reported: map[string]bool{}, refreshCh: make(chan struct{}, 1),
+	}
+	if err := p.loadCheckpoint(ctx); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -397,6 +404,9 @@ func (p *Plugin) reconcile(ctx context.Context, pods []*corev1.Pod, podRes []*po
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.saveCheckpointLocked(); err != nil {
+		klog.FromContext(ctx).Error(err, "Keeping the answers that still count; the next refresh retries")
+	}
 	p.holdings = holdings
 	// Answers given while the holdings were computed are not in them yet: add them, so that the
 	// withdrawal already covers them.

@@ -131,21 +131,8 @@ func (l *Lab) AddNode(ctx context.Context, spec NodeSpec) (*SimNode, error) {
 		return nil, err
 	}
 	if spec.Mode == ModeDevicePlugin && slices.Contains(l.opts.Components, ComponentDevicePlugin) {
-		p, err := l.startComponent(ComponentDevicePlugin, spec.Name, []string{
-			"--node-name=" + spec.Name,
-			"--kubeconfig=" + l.cp.Kubeconfig(),
-			"--sysfs-root=" + n.SysfsRoot(),
-			"--device-plugin-dir=" + n.DevicePluginDir(),
-			"--pod-resources-socket=" + n.PodResourcesSocket(),
-			"--health-interval=500ms",
-			"--metrics-address=",
-			fmt.Sprintf("-v=%d", l.opts.Verbosity),
-		})
-		if err != nil {
+		if _, err := l.StartDevicePlugin(ctx, spec.Name); err != nil {
 			return nil, err
-		}
-		if err := l.WaitForNodeResource(ctx, spec.Name, "aws.amazon.com/neuron", int64(spec.InstanceType.Devices), 30*time.Second); err != nil {
-			return nil, fmt.Errorf("%w\n%s log:\n%s", err, ComponentDevicePlugin, LogTail(p.LogPath(), 20))
 		}
 	}
 	if spec.Mode == ModeDRA && slices.Contains(l.opts.Components, ComponentDRADriver) {
@@ -154,6 +141,34 @@ func (l *Lab) AddNode(ctx context.Context, spec NodeSpec) (*SimNode, error) {
 		}
 	}
 	return n, nil
+}
+
+// StartDevicePlugin runs neuron-device-plugin for a node in device-plugin mode and waits until
+// the node advertises its devices. Its --state-dir is the node's DevicePluginStateDir, so a
+// plugin started again after StopComponent finds its checkpoint there.
+func (l *Lab) StartDevicePlugin(ctx context.Context, node string) (*Process, error) {
+	n := l.sim.Node(node)
+	if n == nil {
+		return nil, fmt.Errorf("no simulated node %s", node)
+	}
+	p, err := l.startComponent(ComponentDevicePlugin, node, []string{
+		"--node-name=" + node,
+		"--kubeconfig=" + l.cp.Kubeconfig(),
+		"--sysfs-root=" + n.SysfsRoot(),
+		"--device-plugin-dir=" + n.DevicePluginDir(),
+		"--pod-resources-socket=" + n.PodResourcesSocket(),
+		"--state-dir=" + n.DevicePluginStateDir(),
+		"--health-interval=500ms",
+		"--metrics-address=",
+		fmt.Sprintf("-v=%d", l.opts.Verbosity),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := l.WaitForNodeResource(ctx, node, "aws.amazon.com/neuron", int64(n.Spec.InstanceType.Devices), 30*time.Second); err != nil {
+		return nil, fmt.Errorf("%w\n%s log:\n%s", err, ComponentDevicePlugin, LogTail(p.LogPath(), 20))
+	}
+	return p, nil
 }
 
 // StartDRADriver runs neuron-dra-driver for a node in dra mode and waits until it has published

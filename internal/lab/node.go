@@ -64,6 +64,12 @@ func (n *SimNode) SysfsRoot() string { return filepath.Join(n.root, "sysfs") }
 // DevicePluginDir holds kubelet.sock and the device plugins' sockets.
 func (n *SimNode) DevicePluginDir() string { return filepath.Join(n.socketDir, "device-plugins") }
 
+// DevicePluginStateDir is neuron-device-plugin's own state directory (its --state-dir): a host
+// directory outside the kubelet's, which survives the plugin's and the kubelet's restarts.
+func (n *SimNode) DevicePluginStateDir() string {
+	return filepath.Join(n.root, "state", "device-plugin")
+}
+
 // RegistryDir is the kubelet plugin watcher's directory (plugins_registry).
 func (n *SimNode) RegistryDir() string { return filepath.Join(n.socketDir, "plugins_registry") }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/deviceplugin"
 	"github.com/kube-neuron/kube-neuron/internal/lab"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
@@ -484,4 +486,97 @@ func TestBurstAcrossPools(t *testing.T) {
 		}
 	}
 	t.Logf("%d cores in use after the burst", len(owner))
+}
+
+// TestPluginRestartKeepsItsAnswers stops neuron-device-plugin while a pod runs and starts it
+// again: the new process reads the answers of the old one from its checkpoint (--state-dir, a
+// directory the kubelet does not empty), the running pod's record is untouched, a new pod is
+// served, and the answer of a pod that went leaves the checkpoint.
+func TestPluginRestartKeepsItsAnswers(t *testing.T) {
+	ctx := framework.Context(t)
+	ns := framework.CreateNamespace(t, ctx)
+	const node = "trn1-a"
+	shape := shapeOf(t, node)
+	waitAllocatable(t, ctx, node, map[string]int64{neuronRes: 16, deviceRes: 16, coreRes: 32})
+	createPod(t, ctx, ns, podSpec{name: "kept", node: node, allocTime: 100,
+		containers: []ctr{{"app", neuronRes, 4}}, record: record(node, devices(shape, "app", 4, 5, 6, 7))})
+	framework.WaitForPod(t, ctx, ns, "kept", corev1.PodRunning, 30*time.Second)
+
+	// The checkpoint as the plugin writes it (docs/device-plugin.md), read by its field names.
+	sim := framework.L.Simulator().Node(node)
+	path := filepath.Join(sim.DevicePluginStateDir(), deviceplugin.CheckpointFile)
+	answers := func() (map[string][]int, string) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct {
+			Node    string `json:"node"`
+			Answers []struct {
+				Pod     string `json:"pod"`
+				Devices []int  `json:"devices"`
+			} `json:"answers"`
+		}
+		if err := json.Unmarshal(data, &c); err != nil {
+			t.Fatalf("%s: %v\n%s", path, err, data)
+		}
+		if c.Node != node {
+			t.Fatalf("%s names node %q, want %s", path, c.Node, node)
+		}
+		out := map[string][]int{}
+		for _, a := range c.Answers {
+			out[a.Pod] = a.Devices
+		}
+		return out, string(data)
+	}
+	if got, data := answers(); !slices.Equal(got[ns+"/kept"], []int{4, 5, 6, 7}) {
+		t.Fatalf("the checkpoint does not hold kept's answer (devices 4-7):\n%s", data)
+	}
+
+	procs := framework.L.Component(node)
+	if len(procs) != 1 {
+		t.Fatalf("node %s runs %d components", node, len(procs))
+	}
+	if err := framework.L.StopComponent(node, procs[0]); err != nil {
+		t.Fatal(err)
+	}
+	p, err := framework.L.StartDevicePlugin(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	framework.WaitFor(t, ctx, 15*time.Second, "the plugin to load its checkpoint and register its three resources", func(context.Context) (bool, string, error) {
+		data, err := os.ReadFile(p.LogPath())
+		if err != nil {
+			return false, "", err
+		}
+		if !strings.Contains(string(data), "Loaded the answers of the previous run from the checkpoint") || !strings.Contains(string(data), "answers=1") {
+			return false, "no line saying it loaded 1 answer", nil
+		}
+		for _, r := range topology.Resources {
+			if !sim.Registered(r) {
+				return false, r + " not registered", nil
+			}
+		}
+		return true, "", nil
+	})
+
+	createPod(t, ctx, ns, podSpec{name: "after", node: node, allocTime: 200,
+		containers: []ctr{{"app", neuronRes, 4}}, record: record(node, devices(shape, "app", 8, 9, 10, 11))})
+	pod := framework.WaitForPod(t, ctx, ns, "after", corev1.PodRunning, 30*time.Second)
+	if got := running(t, pod)["app"][0]; !slices.Equal(got, []int{8, 9, 10, 11}) {
+		t.Errorf("after the restart, pod after runs on %v, its record says 8-11", got)
+	}
+	kept, r := podRecord(t, ctx, ns, "kept")
+	if got := running(t, kept)["app"][0]; !slices.Equal(r.Containers[0].Devices, []int{4, 5, 6, 7}) || !slices.Equal(got, []int{4, 5, 6, 7}) || !r.Containers[0].Served {
+		t.Errorf("after the restart kept runs on %v with record %+v, want devices 4-7 served", got, r.Containers[0])
+	}
+
+	if err := framework.L.Client().CoreV1().Pods(ns).Delete(ctx, "kept", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.WaitFor(t, ctx, 15*time.Second, "kept's answer to leave the checkpoint", func(context.Context) (bool, string, error) {
+		got, data := answers()
+		_, still := got[ns+"/kept"]
+		return !still && slices.Equal(got[ns+"/after"], []int{8, 9, 10, 11}), data, nil
+	})
 }
