@@ -74,6 +74,8 @@ type Extender struct {
 	argPods    podMemo
 	lastPassed atomic.Pointer[[]string]
 	placements placementCache
+	// wholeScores caches wholeScore: shape and placementKey -> the score on the empty node.
+	wholeScores sync.Map
 
 	leasesMu  sync.Mutex
 	holds     map[string]*hold       // node -> this replica's hold on the node's Lease
@@ -358,10 +360,18 @@ func (e *Extender) warn(pod *corev1.Pod, reason, msg string) {
 // Prioritize scores the nodes, in the order of names: the tightest fit highest, so that large
 // blocks and whole nodes stay free. A node the pod does not fit scores 0.
 func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []string) []int64 {
+	scores, _ := e.prioritize(ctx, pod, names)
+	return scores
+}
+
+// prioritize is Prioritize, and also returns the best score the pod would get on a whole node
+// (one with nothing on it) of one of the nodes' shapes, or -1 when it fits none: see
+// relativeScores.
+func (e *Extender) prioritize(ctx context.Context, pod *corev1.Pod, names []string) ([]int64, int64) {
 	out := make([]int64, len(names))
 	reqs := allocation.PodRequests(pod)
 	if len(reqs) == 0 {
-		return out
+		return out, -1
 	}
 	key := placementKey(pod, reqs)
 	memo := e.memo.take(pod.UID)
@@ -386,7 +396,51 @@ func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []stri
 		}
 	}
 	preferPlanned(pod, names, out)
-	return out
+	return out, e.wholeNodeScore(names, reqs, key)
+}
+
+// wholeNodeScore is the best score the requests get on a whole node of one of the shapes of
+// names, or -1 when they fit none.
+func (e *Extender) wholeNodeScore(names []string, reqs []allocation.Request, key string) int64 {
+	var shapes []*topology.Shape // shapes are shared by the nodes of one type (shapeOf): a few
+	var last *topology.Shape
+	e.nodeShapesMu.RLock()
+	for _, name := range names {
+		if s := e.nodeShapes[name].shape; s != nil && s != last {
+			last = s
+			if !slices.Contains(shapes, s) {
+				shapes = append(shapes, s)
+			}
+		}
+	}
+	e.nodeShapesMu.RUnlock()
+	best := int64(-1)
+	for _, s := range shapes {
+		best = max(best, e.wholeScore(s, reqs, key))
+	}
+	return best
+}
+
+// wholeScore is the score of the requests on an empty node of the shape, -1 when they do not
+// fit there.
+func (e *Extender) wholeScore(shape *topology.Shape, reqs []allocation.Request, key string) int64 {
+	type wholeKey struct {
+		shape *topology.Shape
+		key   string
+	}
+	if key != "" {
+		if v, ok := e.wholeScores.Load(wholeKey{shape, key}); ok {
+			return v.(int64)
+		}
+	}
+	score := int64(-1)
+	if _, s, err := allocation.Plan(topology.NewUsage(shape), reqs, e.o.Policy); err == nil {
+		score = ExtenderScore(s)
+	}
+	if key != "" {
+		e.wholeScores.Store(wholeKey{shape, key}, score)
+	}
+	return score
 }
 
 // preferPlanned ranks the node neuron-autoscaler launched for the pod (labels.PlannedNodeAnnotation)

@@ -51,7 +51,8 @@ func (e *Extender) Handler(ctx context.Context) http.Handler {
 		if args.pod == nil {
 			return &extenderv1.HostPriorityList{}, nil
 		}
-		list := relativeScores(args.names, e.Prioritize(ctx, args.pod, args.names))
+		scores, whole := e.prioritize(ctx, args.pod, args.names)
+		list := relativeScores(args.names, scores, whole)
 		return &list, nil
 	}))
 	mux.HandleFunc("/bind", e.serve(ctx, "bind", func(ctx context.Context, body []byte) (any, error) {
@@ -85,27 +86,40 @@ func (e *Extender) handleObservability(mux *http.ServeMux) {
 	observe.Handle(mux, e.metrics.registry, e.Ready, "informer caches have not synced yet")
 }
 
-// relativeScores lists the nodes whose score is above the lowest of the request, with the lowest
-// subtracted, in request order. The kube-scheduler adds an extender's score to the hosts it
-// lists and nothing to the others, so taking the same amount from every node changes no node's
-// rank, and the answer (which the scheduler decodes for every pod) names only the nodes that
-// stand out: in a backlog of small pods that is a handful of part-used nodes, not all of them.
-func relativeScores(names []string, scores []int64) extenderv1.HostPriorityList {
-	lowest := int64(0)
+// relativeScores lists the nodes whose score is above a floor, with the floor subtracted, in
+// request order. The kube-scheduler adds an extender's score to the hosts it lists and nothing to
+// the others, so the answer (which the scheduler decodes for every pod) names only the nodes that
+// stand out.
+//
+// The floor is the lowest score of the request: taking the same amount from every node changes no
+// node's rank. When some node scores above whole, the best score the pod gets on a whole node
+// (one with nothing on it; -1 for none), the floor is whole: the pod goes to a node that beats
+// every whole node, and the nodes that do not all rank alike, as the whole nodes did before
+// (this is the order that decides which whole node a pod opens, and it is kept whenever that
+// is the question). On a fleet of several instance types a small pod ranks an empty
+// inf2.48xlarge above an empty trn1.32xlarge; without this, every answer of a backlog named
+// every empty node of the smaller type.
+func relativeScores(names []string, scores []int64, whole int64) extenderv1.HostPriorityList {
+	lowest, top := int64(0), int64(0)
 	for i, s := range scores {
 		if i == 0 || s < lowest {
 			lowest = s
 		}
+		top = max(top, s)
+	}
+	floor := lowest
+	if top > whole && whole > lowest {
+		floor = whole
 	}
 	above := 0
 	for _, s := range scores {
-		if s > lowest {
+		if s > floor {
 			above++
 		}
 	}
 	list := make(extenderv1.HostPriorityList, 0, above)
 	for i, n := range names {
-		if s := scores[i] - lowest; s > 0 {
+		if s := scores[i] - floor; s > 0 {
 			list = append(list, extenderv1.HostPriority{Host: n, Score: s})
 		}
 	}

@@ -373,14 +373,25 @@ func TestRelativeScoresKeepTheRanking(t *testing.T) {
 	for _, tc := range []struct {
 		names  []string
 		scores []int64
+		whole  int64
+		listed int
 	}{
-		{[]string{"a", "b", "c"}, []int64{8, 9, 8}},
-		{[]string{"a", "b"}, []int64{3, 3}},
-		{[]string{"a", "b", "c", "d"}, []int64{10, 0, 4, 0}},
-		{[]string{"a"}, []int64{7}},
-		{nil, nil},
+		{[]string{"a", "b", "c"}, []int64{8, 9, 8}, -1, 1},
+		{[]string{"a", "b"}, []int64{3, 3}, -1, 0},
+		{[]string{"a", "b", "c", "d"}, []int64{10, 0, 4, 0}, -1, 2},
+		{[]string{"a"}, []int64{7}, -1, 0},
+		{nil, nil, -1, 0},
+		// The best whole node scores 4: c and d (no better than a whole node) rank alike.
+		{[]string{"a", "b", "c", "d", "e"}, []int64{6, 0, 4, 2, 5}, 4, 2},
+		// Nothing beats a whole node: the pod opens one, and every rank is kept.
+		{[]string{"a", "b", "c"}, []int64{4, 0, 2}, 4, 2},
+		// Whole nodes score below every node of the request: every rank is kept.
+		{[]string{"a", "b", "c"}, []int64{4, 3, 2}, 1, 2},
 	} {
-		list := relativeScores(tc.names, tc.scores)
+		list := relativeScores(tc.names, tc.scores, tc.whole)
+		if len(list) != tc.listed {
+			t.Errorf("%v (whole %d) -> %v: %d nodes listed, want %d", tc.scores, tc.whole, list, len(list), tc.listed)
+		}
 		got := map[string]int64{}
 		for _, hp := range list {
 			if hp.Score <= 0 {
@@ -388,14 +399,54 @@ func TestRelativeScoresKeepTheRanking(t *testing.T) {
 			}
 			got[hp.Host] = hp.Score
 		}
-		// What the scheduler adds (0 for a node left out) differs between any two nodes exactly
-		// as their scores do.
+		top := slices.Max(append([]int64{0}, tc.scores...))
 		for i, a := range tc.names {
 			for j, b := range tc.names {
-				if got[a]-got[b] != tc.scores[i]-tc.scores[j] {
-					t.Errorf("%v -> %v: %s-%s is %d, want %d", tc.scores, list, a, b, got[a]-got[b], tc.scores[i]-tc.scores[j])
+				sa, sb := tc.scores[i], tc.scores[j]
+				switch {
+				case top > tc.whole && sb <= tc.whole && sa <= tc.whole:
+					// Both no better than a whole node, which some node beats: alike.
+					if got[a] != got[b] {
+						t.Errorf("%v (whole %d) -> %v: %s and %s rank apart", tc.scores, tc.whole, list, a, b)
+					}
+				case top > tc.whole && sb <= tc.whole:
+					// a beats every whole node, b does not: a stays ahead by at least as much
+					// as a whole node's score would leave it.
+					if got[a]-got[b] < sa-max(sb, tc.whole) || got[a] <= got[b] {
+						t.Errorf("%v (whole %d) -> %v: %s-%s is %d, want at least %d", tc.scores, tc.whole, list, a, b, got[a]-got[b], sa-max(sb, tc.whole))
+					}
+				case top > tc.whole && sa <= tc.whole:
+				default:
+					// What the scheduler adds (0 for a node left out) differs between the two
+					// exactly as their scores do.
+					if got[a]-got[b] != sa-sb {
+						t.Errorf("%v (whole %d) -> %v: %s-%s is %d, want %d", tc.scores, tc.whole, list, a, b, got[a]-got[b], sa-sb)
+					}
 				}
 			}
 		}
+	}
+}
+
+// TestPrioritizeAnswerNamesTheNodesThatBeatAWholeNode: a one-core pod fits tighter on the partly
+// used trn1 than on any whole node, so the answer names that node only; with only whole nodes to
+// choose from, it ranks the empty inf2.48xlarge (a 12-device ring) above the empty trn1.32xlarge
+// (16 devices), so the pod opens the smaller node.
+func TestPrioritizeAnswerNamesTheNodesThatBeatAWholeNode(t *testing.T) {
+	srv, _, _ := startServer(t)
+	prioritize := func(names ...string) extenderv1.HostPriorityList {
+		t.Helper()
+		r := do(t, srv, http.MethodPost, "/prioritize", mustJSON(t, filterArgs(testPod("p").neuronCores(1).obj(), names...)))
+		var list extenderv1.HostPriorityList
+		if err := json.Unmarshal(r.body, &list); r.status != http.StatusOK || err != nil {
+			t.Fatalf("status %d, %v: %s", r.status, err, r.body)
+		}
+		return list
+	}
+	if list := prioritize("trn-empty", "trn-partly", "inf-empty"); len(list) != 1 || list[0].Host != "trn-partly" {
+		t.Errorf("answer %v, want trn-partly alone", list)
+	}
+	if list := prioritize("trn-empty", "inf-empty"); len(list) != 1 || list[0].Host != "inf-empty" {
+		t.Errorf("answer %v, want inf-empty alone (above trn-empty)", list)
 	}
 }
