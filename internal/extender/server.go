@@ -88,17 +88,14 @@ func (e *Extender) handleObservability(mux *http.ServeMux) {
 
 // relativeScores lists the nodes whose score is above a floor, with the floor subtracted, in
 // request order. The kube-scheduler adds an extender's score to the hosts it lists and nothing to
-// the others, so the answer (which the scheduler decodes for every pod) names only the nodes that
-// stand out.
+// the others, and it decodes the answer for every pod: the fewer nodes it names, the better.
 //
-// The floor is the lowest score of the request: taking the same amount from every node changes no
-// node's rank. When some node scores above whole, the best score the pod gets on a whole node
-// (one with nothing on it; -1 for none), the floor is whole: the pod goes to a node that beats
-// every whole node, and the nodes that do not all rank alike, as the whole nodes did before
-// (this is the order that decides which whole node a pod opens, and it is kept whenever that
-// is the question). On a fleet of several instance types a small pod ranks an empty
-// inf2.48xlarge above an empty trn1.32xlarge; without this, every answer of a backlog named
-// every empty node of the smaller type.
+// The floor is the lowest score of the request, which changes no node's rank; or, when some node
+// scores above whole (the best score the pod gets on a node with nothing on it, -1 for none),
+// whole: the nodes that do not beat a whole node then rank alike, and the pod goes to one that
+// does. The order of whole nodes is kept when no node beats them, that is, when the pod opens
+// one (a small pod opens an empty inf2.48xlarge before an empty trn1.32xlarge). Without this,
+// on a fleet of both, every answer of a backlog of small pods named every empty inf2.48xlarge.
 func relativeScores(names []string, scores []int64, whole int64) extenderv1.HostPriorityList {
 	lowest, top := int64(0), int64(0)
 	for i, s := range scores {

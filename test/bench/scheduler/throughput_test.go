@@ -7,11 +7,8 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -33,7 +30,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -72,33 +68,20 @@ type settings struct {
 	schedProfiles string // directory for CPU profiles of the scheduler under test, one per run
 	keep          bool   // keep the lab directory
 	kinds         []string
-	// dropLowestTier makes ours leave the lowest score of each prioritize answer out (a
-	// diagnostic of the answer's size: see dropLowestTier).
-	dropLowestTier bool
 }
 
 func loadSettings(b *testing.B) settings {
 	return settings{
-		nodes:          benchutil.EnvInt(b, "BENCH_NODES", 500),
-		pods:           benchutil.EnvInt(b, "BENCH_PODS", 2000),
-		extenderQPS:    benchutil.EnvInt(b, "BENCH_EXTENDER_QPS", 200), // neuron-scheduler-extender's own setting
-		out:            os.Getenv("BENCH_OUT"),
-		cpuProfile:     os.Getenv("BENCH_CPUPROFILE"),
-		apiProfiles:    os.Getenv("BENCH_APISERVER_PROFILES"),
-		schedProfiles:  os.Getenv("BENCH_SCHEDULER_PROFILES"),
-		keep:           os.Getenv("BENCH_KEEP") != "",
-		kinds:          kinds(b),
-		dropLowestTier: oursPrioritize(b) == "drop-lowest-tier",
+		nodes:         benchutil.EnvInt(b, "BENCH_NODES", 500),
+		pods:          benchutil.EnvInt(b, "BENCH_PODS", 2000),
+		extenderQPS:   benchutil.EnvInt(b, "BENCH_EXTENDER_QPS", 200), // neuron-scheduler-extender's own setting
+		out:           os.Getenv("BENCH_OUT"),
+		cpuProfile:    os.Getenv("BENCH_CPUPROFILE"),
+		apiProfiles:   os.Getenv("BENCH_APISERVER_PROFILES"),
+		schedProfiles: os.Getenv("BENCH_SCHEDULER_PROFILES"),
+		keep:          os.Getenv("BENCH_KEEP") != "",
+		kinds:         kinds(b),
 	}
-}
-
-// oursPrioritize is BENCH_OURS_PRIORITIZE: "" (ours as it is) or drop-lowest-tier.
-func oursPrioritize(b *testing.B) string {
-	v := os.Getenv("BENCH_OURS_PRIORITIZE")
-	if v != "" && v != "drop-lowest-tier" {
-		b.Fatalf("BENCH_OURS_PRIORITIZE=%q: want drop-lowest-tier, or nothing for ours as it is", v)
-	}
-	return v
 }
 
 // kinds are the schedulers to run, in order: BENCH_SCHEDULERS (comma-separated) or
@@ -329,9 +312,6 @@ func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
 				ext.Shutdown(sctx)
 			}()
 			h = ext.Handler(runCtx)
-			if e.s.dropLowestTier {
-				h = dropLowestTier(h)
-			}
 		}
 		if url, err = serveHTTP(runCtx, verbs.wrap(h)); err != nil {
 			return r, err
@@ -984,34 +964,3 @@ func formatReport(s settings, results []result) string {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// dropLowestTier wraps ours' handler so that each prioritize answer leaves out the nodes of its
-// lowest score. The scheduler adds nothing for a node an answer leaves out, so those nodes fall
-// to the score of the nodes ours already leaves out (the lowest of the request): with this
-// bench's one-core pods, empty inf2.48xlarge nodes then rank with empty trn1.32xlarge nodes
-// instead of above them, and answers name only the part-used nodes. A diagnostic of what the
-// size of the answers costs, not a policy: rewriting the answer costs the test process a decode
-// and an encode that ours would not do.
-func dropLowestTier(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/prioritize" {
-			h.ServeHTTP(w, r)
-			return
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, r)
-		var list extenderv1.HostPriorityList
-		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &list) != nil || len(list) == 0 {
-			w.WriteHeader(rec.Code)
-			_, _ = w.Write(rec.Body.Bytes())
-			return
-		}
-		lowest := list[0].Score
-		for _, hp := range list {
-			lowest = min(lowest, hp.Score)
-		}
-		kept := slices.DeleteFunc(list, func(hp extenderv1.HostPriority) bool { return hp.Score == lowest })
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(kept)
-	})
-}
