@@ -29,19 +29,10 @@ func swapPlugin(t *testing.T) (*Plugin, context.Context, func(name string) alloc
 		testPod("a").neuron(1).record(1, 0).obj(),
 		testPod("b").neuron(1).record(2, 1).obj(),
 	)
-	recordOf := func(name string) allocation.Container {
+	return p, ctx, func(name string) allocation.Container {
 		t.Helper()
-		pod, err := client.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := allocation.RecordOf(pod)
-		if err != nil || r == nil || len(r.Containers) != 1 {
-			t.Fatalf("pod %s: record %+v, %v", name, r, err)
-		}
-		return r.Containers[0]
+		return recordOf(t, ctx, client, name)
 	}
-	return p, ctx, recordOf
 }
 
 // TestSwappedRecordsServeTheWaitingPodWhileTheInformerLags: the kubelet admitted pod b first,
