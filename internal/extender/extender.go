@@ -522,6 +522,10 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 	lock := e.nodeLock(node)
 	lock.Lock()
 	defer lock.Unlock()
+	if seq := e.countOpening(ctx, ns, name, uid, node); seq != 0 {
+		// Decisions for the node wait for this lock, so no bind decision sees the tentative one.
+		defer e.usageCache.forget(node, uid, seq)
+	}
 	deadline, err := e.own(ctx, node)
 	if err != nil {
 		return nil, err
@@ -577,6 +581,36 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 	e.startBind(node)
 	seq := e.usageCache.remember(node, uid, ns+"/"+name, rec)
 	return func(ctx context.Context) error { return e.post(ctx, binding, node, rec, seq, deadline) }, nil
+}
+
+// countOpening counts, in the scores of filter and prioritize only, a tentative decision for a
+// pod bound to a node with nothing on it, while the real decision waits for the node's Lease and
+// its pods (the first bind to a node; 100 ms and more under load). Without it the pods the
+// scheduler places meanwhile see the node empty, tied with every empty node of its type, and
+// each may open another node. It returns the tentative decision's number for forget, or 0 when
+// nothing was counted: the node is not empty, or the pod is not in the informer's cache.
+func (e *Extender) countOpening(ctx context.Context, ns, name string, uid types.UID, node string) uint64 {
+	shape, err := e.nodeShape(node)
+	if err != nil {
+		return 0
+	}
+	u, err := e.usage(ctx, shape, node, uid)
+	if err != nil || u.FreeCoreCount() != shape.Cores() {
+		return 0
+	}
+	obj, ok, _ := e.pods.GetStore().GetByKey(ns + "/" + name)
+	if !ok || obj.(*corev1.Pod).UID != uid {
+		return 0
+	}
+	reqs := allocation.PodRequests(obj.(*corev1.Pod))
+	if len(reqs) == 0 {
+		return 0
+	}
+	containers, _, err := allocation.Plan(u, reqs, e.o.Policy)
+	if err != nil {
+		return 0
+	}
+	return e.usageCache.remember(node, uid, ns+"/"+name, &allocation.Record{Node: node, Containers: containers})
 }
 
 // post posts the Binding of a decision made by decide (seq: its number in the usage cache) and

@@ -975,3 +975,48 @@ func TestRememberKeepsTheCachedUsage(t *testing.T) {
 		t.Errorf("usage %v, derived %v", got.FreeDevices(), want.FreeDevices())
 	}
 }
+
+// TestAnOpeningCountsWhileItsBindWaitsForTheLease: the first bind to an empty node waits for the
+// node's Lease. Meanwhile the next pod must see that node taken, so that it follows the first
+// instead of opening another empty node of the same type (they would all tie).
+func TestAnOpeningCountsWhileItsBindWaitsForTheLease(t *testing.T) {
+	e, client, ctx := startExtender(t, append(cluster(), testNode("inf-empty-2").instanceType(inf2).obj())...)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	client.PrependReactor("create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() { close(entered); <-release })
+		return false, nil, nil
+	})
+	opener := createPod(t, ctx, client, testPod("opener").neuronCores(1).obj())
+	waitFor(t, 5*time.Second, "the informer to show pod opener", func() bool {
+		_, ok, _ := e.pods.GetStore().GetByKey("default/opener")
+		return ok
+	})
+	next := testPod("next").neuronCores(1).obj()
+	names := []string{"trn-empty", "inf-empty", "inf-empty-2"}
+	if list := relativeScores(names, e.Prioritize(ctx, next, names), 2); len(list) != 2 {
+		t.Fatalf("before the bind: answer %v, want both empty inf2 nodes, tied", list)
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- e.Bind(ctx, "default", "opener", opener.UID, "inf-empty") }()
+	<-entered
+	scores, whole := e.prioritize(ctx, next, names)
+	if list := relativeScores(names, scores, whole); len(list) != 1 || list[0].Host != "inf-empty" {
+		t.Errorf("while opener's bind waits for the Lease: answer %v (scores %v, whole node %d), want inf-empty alone", list, scores, whole)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	scores, whole = e.prioritize(ctx, next, names)
+	if list := relativeScores(names, scores, whole); len(list) != 1 || list[0].Host != "inf-empty" {
+		t.Errorf("after opener's bind: answer %v, want inf-empty alone", list)
+	}
+	e.usageCache.mu.Lock()
+	n := len(e.usageCache.recent["inf-empty"][opener.UID])
+	e.usageCache.mu.Unlock()
+	if n > 1 {
+		t.Errorf("opener counts %d times on inf-empty: the tentative decision outlived the real one", n)
+	}
+}

@@ -190,6 +190,20 @@ func (c *usageCache) failedBind(node string, uid types.UID, seq uint64) {
 	c.gen[node]++
 }
 
+// forget drops a tentative decision (countOpening) once the real one is made or failed. Unlike
+// failedBind it says nothing about how the pod's bind ended.
+func (c *usageCache) forget(node string, uid types.UID, seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	left := slices.DeleteFunc(c.recent[node][uid], func(rb recentBind) bool { return rb.seq == seq })
+	if len(left) == 0 {
+		delete(c.recent[node], uid)
+	} else {
+		c.recent[node][uid] = left
+	}
+	c.gen[node]++
+}
+
 // known reports whether uid is a decision of this replica that need not be waited for: bound
 // and counted through the overlay, or failed.
 func (c *usageCache) known(node string, uid types.UID) bool {
