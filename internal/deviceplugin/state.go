@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -209,11 +208,8 @@ func Conflicts(hw topology.Allocation, podUID string, holdings []Holding) []Hold
 		if podUID != "" && h.PodUID == podUID && !h.Admitted {
 			continue
 		}
-		for _, c := range h.Hardware.Cores {
-			if slices.Contains(hw.Cores, c) {
-				out = append(out, h)
-				break
-			}
+		if h.Hardware.Overlaps(hw) {
+			out = append(out, h)
 		}
 	}
 	return out

@@ -90,16 +90,13 @@ func (p *Plugin) displaced(records map[string]*allocation.Record, covered map[st
 	overlaps := func(hw topology.Allocation, cores map[int]bool) bool {
 		return slices.ContainsFunc(hw.Cores, func(c int) bool { return cores[c] })
 	}
-	sharesCore := func(a, b topology.Allocation) bool {
-		return slices.ContainsFunc(a.Cores, func(c int) bool { return slices.Contains(b.Cores, c) })
-	}
 	chainEnd := func(f recordFix) (topology.Allocation, bool) {
 		seen := map[string]bool{f.podUID + "/" + f.container + "/" + f.resource: true}
 		hw, ok := oldHW(f)
 		for ok {
 			next := -1
 			for i, g := range served {
-				if !seen[g.podUID+"/"+g.container+"/"+g.resource] && sharesCore(hw, g.hw) {
+				if !seen[g.podUID+"/"+g.container+"/"+g.resource] && hw.Overlaps(g.hw) {
 					next = i
 					break
 				}

@@ -13,6 +13,23 @@ type Allocation struct {
 	Cores   []int // the global core ids given, ascending; all cores of Devices for a device allocation
 }
 
+// Overlaps reports whether the two allocations share a core (a device allocation holds every
+// core of its devices).
+func (a Allocation) Overlaps(b Allocation) bool {
+	i, j := 0, 0
+	for i < len(a.Cores) && j < len(b.Cores) {
+		switch {
+		case a.Cores[i] == b.Cores[j]:
+			return true
+		case a.Cores[i] < b.Cores[j]:
+			i++
+		default:
+			j++
+		}
+	}
+	return false
+}
+
 // DeviceAllocation returns the allocation of whole devices.
 func (s *Shape) DeviceAllocation(devices []int) (Allocation, error) {
 	devs := slices.Sorted(slices.Values(devices))
