@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned tools of hack/tools (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, staticcheck) into a cache directory keyed by the tools module's
+# kube-scheduler, kubectl, kubelet and kube-proxy for real lab nodes, staticcheck) into a cache directory keyed by the tools module's
 # go.sum, so a clean clone on the same machine reuses what was built before.
 # Usage: hack/build-tools.sh [tool ...]   (prints the bin directory on stdout)
 set -euo pipefail
@@ -19,6 +19,8 @@ declare -A pkgs=(
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
   [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
   [kubectl]=k8s.io/kubernetes/cmd/kubectl
+  [kubelet]=k8s.io/kubernetes/cmd/kubelet
+  [kube-proxy]=k8s.io/kubernetes/cmd/kube-proxy
   [staticcheck]=honnef.co/go/tools/cmd/staticcheck
 )
 want=("$@")

@@ -111,6 +111,7 @@ func main() {
 			defer stop()
 			return demo.Run(ctx, demo.Options{Lab: lab.Options{BinDir: binDir, Dir: dir, ComponentBinDir: selfDir(), Components: components, Manifests: manifests}, Examples: demo.RepoExamples(), Out: os.Stdout})
 		}})
+	root.AddCommand(registryCommand(), nodeInitCommand())
 	if err := root.ExecuteContext(klog.NewContext(context.Background(), klog.Background())); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)

@@ -20,10 +20,49 @@ import (
 // product has no version variable to set; the version is the image's label and tag.
 const ldflags = "-s -w -buildid="
 
-// component is one image: the binary ./cmd/<name> and the user it runs as.
+// component is one image: a binary (./cmd/<name> of the product module unless pkg or prebuilt
+// says otherwise) and the user it runs as.
 type component struct {
 	name string
 	user string
+	// pkg is the package to build, relative to the product module; default ./cmd/<name>.
+	pkg string
+	// prebuilt names a binary that is built elsewhere (the pinned kube-scheduler, CoreDNS): the
+	// image packs that file for the build platform only.
+	prebuilt bool
+	// entrypoint is the binary's path in the image; default /<name>.
+	entrypoint string
+	// aliases are more paths of the binary in the image (hard links).
+	aliases []string
+	// ref is the image's reference without the tag; default docker.io/library/<name>.
+	ref string
+	// tag is the image's tag; default the chart's appVersion.
+	tag string
+}
+
+func (c component) pkgPath() string {
+	if c.pkg != "" {
+		return c.pkg
+	}
+	return "./cmd/" + c.name
+}
+
+func (c component) entry() string {
+	if c.entrypoint != "" {
+		return c.entrypoint
+	}
+	return "/" + c.name
+}
+
+func (c component) reference(version string) (ref, tag string) {
+	ref, tag = c.ref, c.tag
+	if ref == "" {
+		ref = "docker.io/library/" + c.name
+	}
+	if tag == "" {
+		tag = version
+	}
+	return ref, tag
 }
 
 // components are the images `make images` builds. The device plugin and the DRA driver run as
@@ -38,14 +77,36 @@ var components = []component{
 	{name: "neuron-autoscaler", user: nonrootUser},
 }
 
-// goBuild builds the packages ./cmd/<name> of the module in repo for platform p into dir, with
-// the flags that make the binaries reproducible. env is added to the environment last, so it
-// wins (the tests set GOCACHE with it).
-func goBuild(ctx context.Context, repo, dir string, p v1.Platform, names []string, env []string, log io.Writer) error {
-	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=" + ldflags, "-o", dir + string(filepath.Separator)}
-	for _, n := range names {
-		args = append(args, "./cmd/"+n)
+// labComponents are the images real lab nodes run besides the components (docs/lab.md): the
+// pod sandbox, the stand-in for every image the lab does not have, and the pinned kube-scheduler
+// (my-scheduler) and CoreDNS, packed from the binaries hack/build-tools.sh and
+// hack/node/build.sh build. `go run . -lab` builds them.
+var labComponents = []component{
+	{name: "pause", user: "65535:65535", pkg: "./test/images/pause", ref: "docker.io/kube-neuron-lab/pause"},
+	{name: "stand-in", user: rootUser, pkg: "./test/images/stand-in", ref: "docker.io/kube-neuron-lab/stand-in",
+		aliases: []string{"/bin/sh", "/bin/bash", "/usr/bin/env", "/bin/sleep", "/bin/ls", "/usr/bin/python3", "/usr/local/bin/python3"}},
+	{name: "kube-scheduler", user: nonrootUser, prebuilt: true, entrypoint: "/usr/local/bin/kube-scheduler", ref: "registry.k8s.io/kube-scheduler"},
+	{name: "coredns", user: rootUser, prebuilt: true, entrypoint: "/coredns", ref: "registry.k8s.io/coredns/coredns"},
+}
+
+// goBuild builds the components' packages of the module in repo for platform p into dir, each
+// binary named after its component, with the flags that make the binaries reproducible. env is
+// added to the environment last, so it wins (the tests set GOCACHE with it).
+func goBuild(ctx context.Context, repo, dir string, p v1.Platform, cs []component, env []string, log io.Writer) error {
+	var names []string
+	var pkgs []string
+	for _, c := range cs {
+		if c.prebuilt {
+			continue
+		}
+		names = append(names, c.name)
+		pkgs = append(pkgs, c.pkgPath())
 	}
+	if len(pkgs) == 0 {
+		return nil
+	}
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=" + ldflags, "-o", dir + string(filepath.Separator)}
+	args = append(args, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(),

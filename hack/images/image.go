@@ -31,6 +31,7 @@ type file struct {
 	mode     int64  // permission bits, and tar's c_ISVTX for the sticky bit
 	uid, gid int
 	content  []byte
+	link     string // a hard link to this earlier entry (relative to /) instead of content
 }
 
 // layer writes files (sorted by name, every mtime set to created, owners numeric only) into a
@@ -54,9 +55,13 @@ func layer(files []file, created time.Time) (v1.Layer, error) {
 			ModTime: created,
 			Format:  tar.FormatPAX,
 		}
-		if strings.HasSuffix(f.name, "/") {
+		switch {
+		case strings.HasSuffix(f.name, "/"):
 			h.Typeflag = tar.TypeDir
-		} else {
+		case f.link != "":
+			h.Typeflag = tar.TypeLink
+			h.Linkname = f.link
+		default:
 			h.Typeflag = tar.TypeReg
 			h.Size = int64(len(f.content))
 		}
@@ -104,18 +109,42 @@ func baseFiles() []file {
 
 // imageSpec is one platform's image of one component.
 type imageSpec struct {
-	name     string // the binary, also the entrypoint /<name>
-	user     string
+	name       string
+	entrypoint string   // the binary's path, also the entrypoint
+	aliases    []string // more paths of the binary (hard links)
+	createdBy  string   // the history entry of the binary's layer
+	user       string
 	platform v1.Platform
 	binary   []byte
 	labels   map[string]string
 	created  time.Time
 }
 
-// image builds the OCI image of spec on top of base: two layers (the base, the binary), the
-// entrypoint /<name>, the user, and created, history and layer mtimes all at spec.created.
+// image builds the OCI image of spec on top of base: two layers (the base, the binary and its
+// aliases), the entrypoint, the user, and created, history and layer mtimes all at spec.created.
 func image(base v1.Layer, spec imageSpec) (v1.Image, error) {
-	bin, err := layer([]file{{name: spec.name, mode: 0o755, content: spec.binary}}, spec.created)
+	// The binary's paths: the entrypoint and its aliases. layer sorts entries by name, and a hard
+	// link must come after its target, so the first path in that order holds the content and the
+	// others link to it.
+	paths := []string{strings.TrimPrefix(spec.entrypoint, "/")}
+	for _, a := range spec.aliases {
+		paths = append(paths, strings.TrimPrefix(a, "/"))
+	}
+	slices.Sort(paths)
+	var files []file
+	dirs := map[string]bool{"etc": true, "home": true, "root": true, "tmp": true} // in the base layer
+	for i, p := range paths {
+		for d := path.Dir(p); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+			files = append(files, file{name: d + "/", mode: 0o755})
+		}
+		f := file{name: p, mode: 0o755, content: spec.binary}
+		if i > 0 {
+			f = file{name: p, mode: 0o755, link: paths[0]}
+		}
+		files = append(files, f)
+	}
+	bin, err := layer(files, spec.created)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +152,7 @@ func image(base v1.Layer, spec imageSpec) (v1.Image, error) {
 	img, err := mutate.Append(
 		mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON),
 		mutate.Addendum{Layer: base, History: v1.History{Created: created, CreatedBy: "kube-neuron base: /etc/passwd, /etc/group (root, nonroot 65532), /tmp", Comment: "hack/images"}},
-		mutate.Addendum{Layer: bin, History: v1.History{Created: created, CreatedBy: fmt.Sprintf("CGO_ENABLED=0 GOOS=%s GOARCH=%s go build -trimpath -buildvcs=false -ldflags='%s' ./cmd/%s", spec.platform.OS, spec.platform.Architecture, ldflags, spec.name), Comment: "hack/images"}},
+		mutate.Addendum{Layer: bin, History: v1.History{Created: created, CreatedBy: spec.createdBy, Comment: "hack/images"}},
 	)
 	if err != nil {
 		return nil, err
@@ -138,7 +167,7 @@ func image(base v1.Layer, spec imageSpec) (v1.Image, error) {
 	cf.Variant = spec.platform.Variant
 	cf.Created = created
 	cf.Config = v1.Config{
-		Entrypoint: []string{"/" + spec.name},
+		Entrypoint: []string{spec.entrypoint},
 		User:       spec.user,
 		WorkingDir: "/",
 		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},

@@ -41,11 +41,14 @@ type options struct {
 	created    time.Time
 	env        []string // added to go build's environment
 	log        io.Writer
+	// prebuilt are the binaries of prebuilt components, by name.
+	prebuilt map[string]string
 }
 
 // result is what one component's archive holds.
 type result struct {
 	name   string
+	ref    string // name:tag as a pod names it
 	path   string
 	size   int64   // of the archive
 	digest v1.Hash // of the image index
@@ -61,15 +64,29 @@ type platformImage struct {
 func main() {
 	var o options
 	var platforms string
+	var lab bool
+	var prebuilt []string
 	flag.StringVar(&o.repo, "repo", "../..", "the kube-neuron checkout (the product module)")
 	flag.StringVar(&o.out, "out", "", "output directory (default <repo>/bin/images)")
 	flag.StringVar(&platforms, "platforms", "linux/amd64,linux/arm64", "comma-separated os/arch list")
 	flag.StringVar(&o.version, "version", "", "the image version: the tag in the archive and the label org.opencontainers.image.version (default the chart's appVersion)")
+	flag.BoolVar(&lab, "lab", false, "build the images of real lab nodes instead ("+strings.Join(componentNames(labComponents), ", ")+"; docs/lab.md), for the build platform")
+	flag.Func("prebuilt", "with -lab: `name=path@tag`, the binary and tag of a prebuilt image (kube-scheduler, coredns); repeatable", func(v string) error {
+		prebuilt = append(prebuilt, v)
+		return nil
+	})
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: go run . [flags] [component ...]\n\nBuilds the images of the components (default all: %s).\n\n", strings.Join(componentNames(components), " "))
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	if lab {
+		o.components = labComponents
+	}
+	if err := o.setPrebuilt(prebuilt); err != nil {
+		fmt.Fprintln(os.Stderr, "images:", err)
+		os.Exit(2)
+	}
 	if err := o.complete(platforms, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(2)
@@ -106,15 +123,31 @@ func (o *options) complete(platforms string, names []string) error {
 		}
 		o.platforms = append(o.platforms, *pl)
 	}
-	o.components = components
+	all := o.components
+	if all == nil {
+		all = components
+	}
+	o.components = all
 	if len(names) > 0 {
 		o.components = nil
 		for _, n := range names {
-			i := slices.IndexFunc(components, func(c component) bool { return c.name == n })
+			i := slices.IndexFunc(all, func(c component) bool { return c.name == n })
 			if i < 0 {
-				return fmt.Errorf("unknown component %q; the components are %s", n, strings.Join(componentNames(components), ", "))
+				return fmt.Errorf("unknown component %q; the components are %s", n, strings.Join(componentNames(all), ", "))
 			}
-			o.components = append(o.components, components[i])
+			o.components = append(o.components, all[i])
+		}
+	}
+	for _, c := range o.components {
+		if !c.prebuilt {
+			continue
+		}
+		if _, ok := o.prebuilt[c.name]; !ok {
+			return fmt.Errorf("%s is prebuilt: give its binary with -prebuilt %s=PATH@TAG", c.name, c.name)
+		}
+		host := v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}
+		if len(o.platforms) != 1 || o.platforms[0].OS != host.OS || o.platforms[0].Architecture != host.Architecture {
+			return fmt.Errorf("%s is a prebuilt binary for %s: use -platforms %s", c.name, host, host)
 		}
 	}
 	if o.version == "" {
@@ -127,6 +160,31 @@ func (o *options) complete(platforms string, names []string) error {
 	}
 	o.revision = gitRevision(repo)
 	o.log = os.Stderr
+	return nil
+}
+
+// setPrebuilt reads -prebuilt name=path@tag values into o.prebuilt and the tags of the lab
+// components.
+func (o *options) setPrebuilt(values []string) error {
+	o.prebuilt = map[string]string{}
+	for _, v := range values {
+		name, rest, ok := strings.Cut(v, "=")
+		path, tag, ok2 := strings.Cut(rest, "@")
+		if !ok || !ok2 || name == "" || path == "" || tag == "" {
+			return fmt.Errorf("-prebuilt %q: want name=path@tag", v)
+		}
+		i := slices.IndexFunc(o.components, func(c component) bool { return c.name == name && c.prebuilt })
+		if i < 0 {
+			return fmt.Errorf("-prebuilt %q: %s is not a prebuilt component (use -lab)", v, name)
+		}
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return err
+		}
+		o.prebuilt[name] = abs
+		o.components = slices.Clone(o.components)
+		o.components[i].tag = tag
+	}
 	return nil
 }
 
@@ -145,11 +203,10 @@ func run(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	names := componentNames(o.components)
 	dirs := map[string]string{}
 	for _, p := range o.platforms {
 		dir := filepath.Join(tmp, p.OS+"_"+p.Architecture+p.Variant)
-		if err := goBuild(ctx, o.repo, dir, p, names, o.env, o.log); err != nil {
+		if err := goBuild(ctx, o.repo, dir, p, o.components, o.env, o.log); err != nil {
 			return nil, err
 		}
 		dirs[p.String()] = dir
@@ -190,9 +247,10 @@ func assemble(o options, dirs map[string]string) ([]result, error) {
 }
 
 func writeComponent(o options, c component, base v1.Layer, dirs map[string]string) (result, error) {
+	ref, tag := c.reference(o.version)
 	labels := map[string]string{
 		"org.opencontainers.image.title":    c.name,
-		"org.opencontainers.image.version":  o.version,
+		"org.opencontainers.image.version":  tag,
 		"org.opencontainers.image.source":   "https://github.com/kube-neuron/kube-neuron",
 		"org.opencontainers.image.licenses": "Apache-2.0",
 	}
@@ -201,11 +259,19 @@ func writeComponent(o options, c component, base v1.Layer, dirs map[string]strin
 	}
 	var imgs []v1.Image
 	for _, p := range o.platforms {
-		bin, err := os.ReadFile(filepath.Join(dirs[p.String()], c.name))
+		binPath := filepath.Join(dirs[p.String()], c.name)
+		if c.prebuilt {
+			binPath = o.prebuilt[c.name]
+		}
+		bin, err := os.ReadFile(binPath)
 		if err != nil {
 			return result{}, err
 		}
-		img, err := image(base, imageSpec{name: c.name, user: c.user, platform: p, binary: bin, labels: labels, created: o.created})
+		createdBy := fmt.Sprintf("CGO_ENABLED=0 GOOS=%s GOARCH=%s go build -trimpath -buildvcs=false -ldflags='%s' %s", p.OS, p.Architecture, ldflags, c.pkgPath())
+		if c.prebuilt {
+			createdBy = "a prebuilt " + c.name + " binary (hack/build-tools.sh, hack/node/build.sh)"
+		}
+		img, err := image(base, imageSpec{name: c.name, entrypoint: c.entry(), aliases: c.aliases, createdBy: createdBy, user: c.user, platform: p, binary: bin, labels: labels, created: o.created})
 		if err != nil {
 			return result{}, fmt.Errorf("%s image: %w", p, err)
 		}
@@ -216,7 +282,7 @@ func writeComponent(o options, c component, base v1.Layer, dirs map[string]strin
 		return result{}, err
 	}
 
-	r := result{name: c.name, path: filepath.Join(o.out, c.name+".tar")}
+	r := result{name: c.name, ref: strings.TrimPrefix(ref, "docker.io/library/") + ":" + tag, path: filepath.Join(o.out, c.name+".tar")}
 	tmp, err := os.CreateTemp(o.out, c.name+".tar.tmp*")
 	if err != nil {
 		return result{}, err
@@ -225,8 +291,8 @@ func writeComponent(o options, c component, base v1.Layer, dirs map[string]strin
 	annotations := map[string]string{
 		// skopeo's oci-archive:<file>:<tag>, and what containerd (ctr import, kind load
 		// image-archive) names the image: the chart's default reference <name>:<appVersion>.
-		"org.opencontainers.image.ref.name": o.version,
-		"io.containerd.image.name":          "docker.io/library/" + c.name + ":" + o.version,
+		"org.opencontainers.image.ref.name": tag,
+		"io.containerd.image.name":          ref + ":" + tag,
 	}
 	if err := writeArchive(tmp, idx, annotations, o.created); err != nil {
 		tmp.Close()
@@ -285,7 +351,7 @@ func printResults(w io.Writer, o options, results []result) {
 		if rel, err := filepath.Rel(o.repo, path); err == nil && !strings.HasPrefix(rel, "..") {
 			path = rel
 		}
-		fmt.Fprintf(w, "%s  %s:%s@%s  %s\n", path, r.name, o.version, r.digest, mib(r.size))
+		fmt.Fprintf(w, "%s  %s@%s  %s\n", path, r.ref, r.digest, mib(r.size))
 		for _, i := range r.images {
 			fmt.Fprintf(w, "  %-12s %s  %s\n", i.platform, i.digest, mib(i.size))
 		}

@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kube-neuron/kube-neuron/internal/lab/netns"
 )
 
 // Process names of the control plane (log files are Dir/logs/<name>.log).
@@ -35,11 +37,14 @@ const (
 )
 
 // KubeControllerManagerControllers are the controllers the lab's kube-controller-manager runs
-// (names as `kube-controller-manager --help` lists them for v1.36). No node lifecycle
-// controller runs, so nodes are never tainted or evicted for missing heartbeats.
+// (names as `kube-controller-manager --help` lists them for v1.36): those the lab's workloads
+// need, and those real nodes need (DaemonSets, the kube-root-ca.crt ConfigMap every pod mounts,
+// the aggregated ClusterRoles the chart's RBAC may extend, EndpointSlices for Services). No node
+// lifecycle controller runs, so nodes are never tainted or evicted for missing heartbeats.
 const KubeControllerManagerControllers = "resourceclaim-controller,garbage-collector-controller," +
 	"namespace-controller,serviceaccount-controller,serviceaccount-token-controller," +
-	"deployment-controller,replicaset-controller,statefulset-controller,job-controller,pod-garbage-collector-controller"
+	"deployment-controller,replicaset-controller,statefulset-controller,job-controller,pod-garbage-collector-controller," +
+	"daemonset-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller,endpointslice-controller"
 
 // Client settings of the admin config and of every control-plane component.
 const (
@@ -73,6 +78,10 @@ type ControlPlaneOptions struct {
 	// parent-death signal), for `make lab-up`; otherwise every child gets Pdeathsig SIGKILL so
 	// that nothing is left behind when a test binary dies or is interrupted.
 	Detach bool
+	// Network runs the control plane inside the lab's network namespace (real nodes reach it at
+	// netns.Gateway), relayed to the host on 127.0.0.1 so that Kubeconfig and RESTConfig work
+	// unchanged. nil runs it on the host's 127.0.0.1 (a lab of simulated nodes only).
+	Network *netns.Network
 	// AuditLog makes kube-apiserver write an audit log of every request at level Metadata (user,
 	// user agent, verb, resource, subresource, namespace, name; no bodies) to
 	// Dir/logs/audit.log, one JSON event per line (AuditLogPath). Tests compare the calls each
@@ -100,6 +109,14 @@ type ControlPlane struct {
 	kubeconfig string
 	restConfig *rest.Config
 	auditLog   string
+
+	// network is ControlPlaneOptions.Network; inside it the processes talk to the API server at
+	// internalServer with internalKubeconfig, and health checks dial through it.
+	network            *netns.Network
+	internalServer     string
+	internalKubeconfig string
+	stopRelay          context.CancelFunc
+	nextSchedulerPort  int
 
 	mu         sync.Mutex
 	procs      []labProcess   // in start order
@@ -144,19 +161,44 @@ func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlan
 	if err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
-	ports, err := freePorts(4)
-	if err != nil {
-		return nil, fmt.Errorf("start control plane: %w", err)
-	}
-	etcdClient, etcdPeer, apiPort, kcmPort := ports[0], ports[1], ports[2], ports[3]
-
 	c := &ControlPlane{
 		dir:        dir,
 		binDir:     binDir,
 		detach:     o.Detach,
 		pki:        pki,
-		server:     "https://127.0.0.1:" + strconv.Itoa(apiPort),
 		kubeconfig: filepath.Join(dir, "kubeconfig"),
+		network:    o.Network,
+	}
+	// Addresses: on the host, free ports of 127.0.0.1; inside the lab namespace, the usual ports,
+	// the API server on every address of the namespace (its loopback and the lab bridge).
+	var etcdClient, etcdPeer, apiPort, kcmPort int
+	apiBind, advertise := "127.0.0.1", "127.0.0.1"
+	if c.network == nil {
+		ports, err := freePorts(4)
+		if err != nil {
+			return nil, fmt.Errorf("start control plane: %w", err)
+		}
+		etcdClient, etcdPeer, apiPort, kcmPort = ports[0], ports[1], ports[2], ports[3]
+		c.server = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+		c.internalServer, c.internalKubeconfig = c.server, c.kubeconfig
+	} else {
+		etcdClient, etcdPeer, apiPort, kcmPort = 2379, 2380, 6443, 10257
+		c.nextSchedulerPort = 10259
+		apiBind, advertise = "0.0.0.0", netns.Gateway.String()
+		c.internalServer = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+		c.internalKubeconfig = filepath.Join(dir, "kubeconfig-internal")
+		relayCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		addr, err := c.network.Relay(relayCtx, c.internalServer[len("https://"):])
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("start control plane: %w", err)
+		}
+		c.stopRelay = stop
+		c.server = "https://" + addr
+		if err := WriteKubeconfig(c.internalKubeconfig, c.internalServer, pki.CACert, pki.AdminCert, pki.AdminKey, AdminUser); err != nil {
+			stop()
+			return nil, fmt.Errorf("start control plane: %w", err)
+		}
 	}
 	if err := WriteKubeconfig(c.kubeconfig, c.server, pki.CACert, pki.AdminCert, pki.AdminKey, AdminUser); err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)
@@ -190,7 +232,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlan
 	if err != nil {
 		return fail(err)
 	}
-	httpClient := &http.Client{Timeout: 2 * time.Second}
+	httpClient := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: c.dial}}
 	defer httpClient.CloseIdleConnections()
 	if err := waitReady(ctx, etcd, "/health", func(ctx context.Context) error {
 		return httpGetOK(ctx, httpClient, etcdURL+"/health", `"health":"true"`)
@@ -212,10 +254,20 @@ func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlan
 		// The default mode, blocking: an event is in the file before its request is served.
 		auditArgs = []string{"--audit-policy-file=" + policy, "--audit-log-path=" + c.auditLog, "--audit-log-format=json"}
 	}
+	// The API server calls kubelets (logs, exec, the pod proxy) with a client certificate and
+	// checks their serving certificates, which the lab issues (IssueNodeCerts).
+	kubeletClientCert, kubeletClientKey, err := pki.IssueClientCert("apiserver-kubelet-client", "kube-apiserver-kubelet-client", AdminGroup)
+	if err != nil {
+		return fail(err)
+	}
+	reconciler := "none" // no kubernetes Service endpoint on the host's loopback
+	if c.network != nil {
+		reconciler = "lease" // pods reach the API server at netns.Gateway through the Service
+	}
 	api, err := c.start(ctx, APIServerName, "kube-apiserver", StopOrderAPIServer, append([]string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + apiBind,
+		"--advertise-address=" + advertise,
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--cert-dir=" + pki.Dir,
 		"--tls-cert-file=" + pki.ServingCert,
@@ -225,16 +277,25 @@ func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlan
 		"--service-account-signing-key-file=" + pki.ServiceAccountKey,
 		"--service-account-issuer=" + ServiceAccountIssuer,
 		"--service-cluster-ip-range=" + ServiceClusterIPRange,
-		"--authorization-mode=RBAC",
-		"--endpoint-reconciler-type=none",
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--endpoint-reconciler-type=" + reconciler,
 		"--disable-admission-plugins=TaintNodesByCondition",
 		"--allow-privileged=true",
+		"--kubelet-client-certificate=" + kubeletClientCert,
+		"--kubelet-client-key=" + kubeletClientKey,
+		"--kubelet-certificate-authority=" + pki.CACert,
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 	}, auditArgs...))
 	if err != nil {
 		return fail(err)
 	}
 	probeConfig := rest.CopyConfig(c.restConfig)
 	probeConfig.Timeout = 5 * time.Second
+	if c.network != nil {
+		probeConfig.Host = c.internalServer
+		probeConfig.Dial = c.dial
+	}
 	client, err := kubernetes.NewForConfig(probeConfig)
 	if err != nil {
 		return fail(fmt.Errorf("admin client: %w", err))
@@ -254,9 +315,9 @@ func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlan
 
 	// kube-controller-manager and kube-scheduler start together.
 	kcm, err := c.start(ctx, ControllerManagerName, "kube-controller-manager", StopOrderControllers, []string{
-		"--kubeconfig=" + c.kubeconfig,
-		"--authentication-kubeconfig=" + c.kubeconfig,
-		"--authorization-kubeconfig=" + c.kubeconfig,
+		"--kubeconfig=" + c.internalKubeconfig,
+		"--authentication-kubeconfig=" + c.internalKubeconfig,
+		"--authorization-kubeconfig=" + c.internalKubeconfig,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(kcmPort),
 		"--controllers=" + KubeControllerManagerControllers,
@@ -274,7 +335,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (*ControlPlan
 		return fail(err)
 	}
 	if err := waitReady(ctx, kcm, "/healthz", func(ctx context.Context) error {
-		return httpsHealthz(ctx, kcmPort)
+		return c.httpsHealthz(ctx, kcmPort)
 	}); err != nil {
 		return fail(err)
 	}
@@ -330,13 +391,17 @@ func (c *ControlPlane) start(ctx context.Context, name, binary string, order int
 			return nil, fmt.Errorf("start %s: a process of that name already runs (pid %d): pick another name", name, lp.p.PID())
 		}
 	}
-	p, err := StartProcess(ProcessOptions{
+	po := ProcessOptions{
 		Name:    name,
 		Path:    filepath.Join(c.binDir, binary),
 		Args:    args,
 		LogPath: c.LogPath(name),
 		Detach:  c.detach,
-	})
+	}
+	if c.network != nil {
+		po.NetNS = c.network.Path()
+	}
+	p, err := StartProcess(po)
 	if err != nil {
 		return nil, err
 	}
@@ -376,7 +441,7 @@ func (c *ControlPlane) StartScheduler(ctx context.Context, name string, config [
 	if cc == nil {
 		cc = map[string]any{}
 	}
-	cc["kubeconfig"] = c.kubeconfig
+	cc["kubeconfig"] = c.internalKubeconfig
 	cc["qps"] = ClientQPS
 	cc["burst"] = ClientBurst
 	cfg["clientConnection"] = cc
@@ -397,14 +462,15 @@ func (c *ControlPlane) StartScheduler(ctx context.Context, name string, config [
 	if err := writeFile0600(cfgPath, data); err != nil {
 		return fmt.Errorf("start scheduler %s: %w", name, err)
 	}
-	ports, err := freePorts(1)
+	port, err := c.schedulerPort()
 	if err != nil {
 		return fmt.Errorf("start scheduler %s: %w", name, err)
 	}
+	ports := []int{port}
 	p, err := c.start(ctx, name, "kube-scheduler", StopOrderControllers, []string{
 		"--config=" + cfgPath,
-		"--authentication-kubeconfig=" + c.kubeconfig,
-		"--authorization-kubeconfig=" + c.kubeconfig,
+		"--authentication-kubeconfig=" + c.internalKubeconfig,
+		"--authorization-kubeconfig=" + c.internalKubeconfig,
 		"--client-ca-file=" + c.pki.CACert, // lab client certificates authenticate (SchedulerURL)
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(ports[0]),
@@ -413,7 +479,7 @@ func (c *ControlPlane) StartScheduler(ctx context.Context, name string, config [
 		return err
 	}
 	if err := waitReady(ctx, p, "/healthz", func(ctx context.Context) error {
-		return httpsHealthz(ctx, ports[0])
+		return c.httpsHealthz(ctx, ports[0])
 	}); err != nil {
 		c.stopOne(p)
 		return err
@@ -427,9 +493,27 @@ func (c *ControlPlane) StartScheduler(ctx context.Context, name string, config [
 	return nil
 }
 
+// schedulerPort is a port for one more scheduler: a free port of the host's 127.0.0.1, or the
+// next of 10259, 10260, ... inside the lab namespace.
+func (c *ControlPlane) schedulerPort() (int, error) {
+	if c.network == nil {
+		ports, err := freePorts(1)
+		if err != nil {
+			return 0, err
+		}
+		return ports[0], nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.nextSchedulerPort
+	c.nextSchedulerPort++
+	return p, nil
+}
+
 // SchedulerURL is the https URL of the secure port of a scheduler StartScheduler started (its
 // /healthz, /metrics and /debug/pprof; the admin client certificate is authorized), or false.
-// The port stays known after the scheduler stops.
+// The port stays known after the scheduler stops. Inside the lab namespace (Network) the URL is
+// an address of that namespace: dial it with Dial.
 func (c *ControlPlane) SchedulerURL(name string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -485,12 +569,31 @@ func (c *ControlPlane) Stop() error {
 	if err := RemoveFromState(c.dir, pids...); err != nil {
 		errs = append(errs, err)
 	}
+	if c.stopRelay != nil {
+		c.stopRelay()
+	}
 	c.stopErr = errors.Join(errs...)
 	return c.stopErr
 }
 
 // Kubeconfig is the path of the admin kubeconfig (Dir/kubeconfig).
 func (c *ControlPlane) Kubeconfig() string { return c.kubeconfig }
+
+// InternalKubeconfig is the admin kubeconfig of processes inside the lab namespace (the
+// control plane's own); Kubeconfig without a Network.
+func (c *ControlPlane) InternalKubeconfig() string { return c.internalKubeconfig }
+
+// Network is the lab namespace the control plane runs in, nil on the host.
+func (c *ControlPlane) Network() *netns.Network { return c.network }
+
+// dial connects to an address of the control plane's processes: inside the lab namespace with
+// a Network, on the host otherwise.
+func (c *ControlPlane) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	if c.network != nil {
+		return c.network.Dial(ctx, network, address)
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, address)
+}
 
 // RESTConfig returns a copy of the admin config (QPS ClientQPS, Burst ClientBurst).
 func (c *ControlPlane) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
@@ -630,8 +733,8 @@ func httpGetOK(ctx context.Context, client *http.Client, url, want string) error
 
 // httpsHealthz checks https://127.0.0.1:port/healthz of a component serving a self-signed
 // certificate.
-func httpsHealthz(ctx context.Context, port int) error {
-	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // loopback probe of a self-signed server
+func (c *ControlPlane) httpsHealthz(ctx context.Context, port int) error {
+	tr := &http.Transport{DialContext: c.dial, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // loopback probe of a self-signed server
 	defer tr.CloseIdleConnections()
 	return httpGetOK(ctx, &http.Client{Transport: tr, Timeout: 2 * time.Second},
 		"https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", "ok")

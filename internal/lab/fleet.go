@@ -44,6 +44,9 @@ type FleetEntry struct {
 	DriverVersion string `json:"driverVersion,omitempty"`
 	Count         int    `json:"count,omitempty"`
 	UltraServer   string `json:"ultraserver,omitempty"`
+	// Kubelet is simulated (the default: the lab's node simulator) or real (a real kubelet,
+	// containerd and runc in namespaces of their own: docs/lab.md).
+	Kubelet string `json:"kubelet,omitempty"`
 }
 
 // NodeSpec is one simulated Neuron node, with every default filled in.
@@ -57,6 +60,8 @@ type NodeSpec struct {
 	UltraServer *neuron.UltraServer
 	// UltraServerName is the fleet file's ultraserver value.
 	UltraServerName string
+	// Kubelet is KubeletSimulated or KubeletReal.
+	Kubelet string
 }
 
 // DefaultFleet is the lab's fleet when no file is given: one node per accelerator generation.
@@ -92,7 +97,7 @@ func ParseFleet(data []byte) (FleetFile, error) {
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return FleetFile{}, fmt.Errorf("%w (known fields: nodes; and per node: name, instanceType, mode, lnc, driverVersion, count, ultraserver)", err)
+		return FleetFile{}, fmt.Errorf("%w (known fields: nodes; and per node: name, instanceType, mode, lnc, driverVersion, count, ultraserver, kubelet)", err)
 	}
 	return f, nil
 }
@@ -134,6 +139,13 @@ func (f FleetFile) Expand(cat *topology.Catalog) ([]NodeSpec, error) {
 		if e.UltraServer != "" && it.UltraServerNodes == 0 {
 			return nil, fmt.Errorf("%s: ultraserver is only for UltraServer instance types (trn2u), not %s", where, it.Name)
 		}
+		kubelet := e.Kubelet
+		if kubelet == "" {
+			kubelet = KubeletSimulated
+		}
+		if kubelet != KubeletSimulated && kubelet != KubeletReal {
+			return nil, fmt.Errorf("%s: kubelet %q: use %s or %s", where, e.Kubelet, KubeletSimulated, KubeletReal)
+		}
 		version := e.DriverVersion
 		if version == "" {
 			version = DefaultDriverVersion
@@ -149,6 +161,9 @@ func (f FleetFile) Expand(cat *topology.Catalog) ([]NodeSpec, error) {
 			if names[name] {
 				return nil, fmt.Errorf("%s: node name %s is used twice", where, name)
 			}
+			if name == SystemNodeName {
+				return nil, fmt.Errorf("%s: node name %s is the lab's own (its system node): pick another name", where, name)
+			}
 			if msgs := validNodeName(name); msgs != "" {
 				return nil, fmt.Errorf("%s: node name %q is not valid: %s", where, name, msgs)
 			}
@@ -156,7 +171,7 @@ func (f FleetFile) Expand(cat *topology.Catalog) ([]NodeSpec, error) {
 			if e.UltraServer != "" {
 				members[e.UltraServer] = append(members[e.UltraServer], len(out))
 			}
-			out = append(out, NodeSpec{Name: name, InstanceType: it, Mode: mode, LNC: lnc, DriverVersion: version, UltraServerName: e.UltraServer})
+			out = append(out, NodeSpec{Name: name, InstanceType: it, Mode: mode, LNC: lnc, DriverVersion: version, UltraServerName: e.UltraServer, Kubelet: kubelet})
 		}
 	}
 	// Nodes with the same ultraserver value form one UltraServer, in fleet order.

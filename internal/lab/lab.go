@@ -56,6 +56,15 @@ type Options struct {
 	AutoscalerArgs []string
 	// AuditLog writes the API server's audit log (ControlPlaneOptions.AuditLog).
 	AuditLog bool
+
+	// For a fleet with `kubelet: real` nodes (docs/lab.md): NodeBinDir holds containerd, runc and
+	// the CNI plugins (hack/node/build.sh prints it; BinDir must hold kubelet and kube-proxy, and
+	// ComponentBinDir neuron-lab); ImagesDir the components' image archives (make images
+	// PLATFORMS=linux/amd64) and LabImagesDir the nodes' (pause, stand-in, kube-scheduler,
+	// coredns: go run ./hack/images -lab). hack/lab-images.sh builds both.
+	NodeBinDir, ImagesDir, LabImagesDir string
+	// Chart installs the Helm chart with helm once the nodes run (ChartOptions).
+	Chart *ChartOptions
 }
 
 // Components the lab can run.
@@ -115,6 +124,8 @@ type Lab struct {
 	adopted     map[string]NodeSpec // nodes created through the API (LocalProviderIDPrefix) and simulated
 	stopAdopt   context.CancelFunc
 	adoptDone   chan struct{}
+
+	real *realLab // nil without real nodes
 }
 
 // LocalProviderIDPrefix starts the provider ID of the nodes neuron-autoscaler's local provider
@@ -126,6 +137,9 @@ const LocalProviderIDPrefix = "kube-neuron-local:///"
 
 // AddNode adds a simulated node and starts the per-node components that serve its mode.
 func (l *Lab) AddNode(ctx context.Context, spec NodeSpec) (*SimNode, error) {
+	if spec.Kubelet == KubeletReal {
+		return nil, fmt.Errorf("node %s: AddNode simulates a node; real nodes start with the lab", spec.Name)
+	}
 	n, err := l.sim.AddNode(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -402,11 +416,24 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	cp, err := StartControlPlane(ctx, ControlPlaneOptions{BinDir: o.BinDir, Dir: o.Dir, AuditLog: o.AuditLog})
+	var real *realLab
+	if HasRealNodes(specs) {
+		if real, err = startRealLab(ctx, o); err != nil {
+			return nil, err
+		}
+	}
+	cpOpts := ControlPlaneOptions{BinDir: o.BinDir, Dir: o.Dir, AuditLog: o.AuditLog}
+	if real != nil {
+		cpOpts.Network = real.network
+	}
+	cp, err := StartControlPlane(ctx, cpOpts)
 	if err != nil {
+		if real != nil {
+			real.stopNetwork()
+		}
 		return nil, err
 	}
-	l := &Lab{cp: cp, specs: specs}
+	l := &Lab{cp: cp, specs: specs, real: real}
 	fail := func(err error) (*Lab, error) {
 		return nil, errors.Join(err, l.Stop())
 	}
@@ -425,12 +452,24 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 		return fail(err)
 	}
 	l.opts = o
-	for _, spec := range specs {
+	if real != nil {
+		if err := l.startRegistry(ctx, o); err != nil {
+			return fail(err)
+		}
+		if err := l.startRealNodes(ctx, realOnly(specs, true)); err != nil {
+			return fail(err)
+		}
+		if err := l.startClusterDNS(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	for _, spec := range realOnly(specs, false) {
 		if _, err := l.AddNode(ctx, spec); err != nil {
 			return fail(err)
 		}
 	}
-	if slices.Contains(o.Components, ComponentExtender) {
+	// With real nodes the chart's Deployments run the extender and my-scheduler as pods.
+	if real == nil && slices.Contains(o.Components, ComponentExtender) {
 		if err := l.startExtender(ctx); err != nil {
 			return fail(err)
 		}
@@ -445,6 +484,11 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	go l.adoptLoop(adoptCtx, cat)
 	for _, m := range o.Manifests {
 		if _, err := ApplyFile(ctx, cp.RESTConfig(), "kube-neuron-lab", m, metav1.NamespaceSystem); err != nil {
+			return fail(err)
+		}
+	}
+	if o.Chart != nil {
+		if err := l.InstallChart(ctx, *o.Chart); err != nil {
 			return fail(err)
 		}
 	}
@@ -479,8 +523,14 @@ func (l *Lab) Stop() error {
 	if l.sim != nil {
 		l.sim.Stop()
 	}
+	if l.real != nil && l.cp != nil {
+		err = errors.Join(err, l.real.stop(context.Background(), l.cp.Dir()))
+	}
 	if l.cp != nil {
-		err = l.cp.Stop()
+		err = errors.Join(err, l.cp.Stop())
+	}
+	if l.real != nil {
+		l.real.stopNetwork()
 	}
 	if l.socketDir != "" {
 		err = errors.Join(err, os.RemoveAll(l.socketDir))
@@ -633,5 +683,5 @@ func adoptedSpec(cat *topology.Catalog, node *corev1.Node) (NodeSpec, error) {
 	if mode != ModeDevicePlugin && mode != ModeDRA {
 		return NodeSpec{}, fmt.Errorf("label %s=%q: use %s or %s", labels.AllocationMode, mode, ModeDevicePlugin, ModeDRA)
 	}
-	return NodeSpec{Name: node.Name, InstanceType: it, Mode: mode, LNC: it.DefaultLNC, DriverVersion: DefaultDriverVersion}, nil
+	return NodeSpec{Name: node.Name, InstanceType: it, Mode: mode, LNC: it.DefaultLNC, DriverVersion: DefaultDriverVersion, Kubelet: KubeletSimulated}, nil
 }

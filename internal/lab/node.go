@@ -130,24 +130,33 @@ func newSimNode(spec NodeSpec, client kubernetes.Interface, root, socketDir stri
 	return n, nil
 }
 
-// NodeObject returns the Node as the simulator creates it.
-func (n *SimNode) NodeObject() *corev1.Node {
-	it := n.Spec.InstanceType
+// simNodeLabels are the labels of a lab node of spec: those EKS and Karpenter give a Neuron
+// node, the allocation mode, and the lab's own (simulated kubelet).
+func simNodeLabels(spec NodeSpec) map[string]string {
+	it := spec.InstanceType
 	l := map[string]string{
 		labels.InstanceType:       it.Name,
 		labels.InstanceFamily:     it.Family,
-		labels.Hostname:           n.Spec.Name,
-		labels.AllocationMode:     n.Spec.Mode,
+		labels.Hostname:           spec.Name,
+		labels.AllocationMode:     spec.Mode,
 		"kubernetes.io/os":        "linux",
 		"kubernetes.io/arch":      "amd64",
 		"kube-neuron.io/lab-node": "true",
+		LabKubeletLabel:           KubeletSimulated,
 	}
-	for k, v := range labels.UltraServerLabels(n.Spec.UltraServer) {
+	for k, v := range labels.UltraServerLabels(spec.UltraServer) {
 		l[k] = v
 	}
-	for i, nn := range networkNodes(n.Spec) {
+	for i, nn := range networkNodes(spec) {
 		l[fmt.Sprintf("topology.k8s.aws/network-node-layer-%d", i+1)] = nn
 	}
+	return l
+}
+
+// NodeObject returns the Node as the simulator creates it.
+func (n *SimNode) NodeObject() *corev1.Node {
+	it := n.Spec.InstanceType
+	l := simNodeLabels(n.Spec)
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(max(it.VCPU, 1)), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(int64(max(it.MemoryGiB, 1))<<30, resource.BinarySI),

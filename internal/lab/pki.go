@@ -18,6 +18,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/kube-neuron/kube-neuron/internal/lab/netns"
 )
 
 // Names and addresses baked into the lab's certificates.
@@ -121,7 +123,7 @@ func GeneratePKI(dir string) (*PKI, error) {
 	serving := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		DNSNames:    APIServerDNSNames(),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(FirstServiceIP)},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(FirstServiceIP), net.IP(netns.Gateway.AsSlice())},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	if err := p.issue(serving, p.ServingCert, p.ServingKey); err != nil {

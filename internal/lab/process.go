@@ -30,6 +30,13 @@ type ProcessOptions struct {
 	// LogPath receives stdout and stderr (appended; parent directories are created).
 	// Empty discards the output.
 	LogPath string
+	// NetNS is a network namespace file (/proc/<pid>/ns/net) to run the process in: nsenter
+	// (util-linux) enters it and executes Path, so the process keeps its pid and argv[0].
+	NetNS string
+	// Cloneflags are namespaces the process starts in (CLONE_NEW*), for a real node's init.
+	Cloneflags uintptr
+	// ExtraFiles are passed to the process as file descriptors 3 and up.
+	ExtraFiles []*os.File
 	// Detach puts the process in its own session (Setsid) without a parent-death signal, so it
 	// outlives the caller. Otherwise it gets its own process group and Pdeathsig SIGKILL: it dies
 	// with the calling process, even when that process is killed.
@@ -87,11 +94,22 @@ func StartProcess(o ProcessOptions) (*Process, error) {
 	if len(o.Env) > 0 {
 		cmd.Env = append(os.Environ(), o.Env...)
 	}
+	if o.NetNS != "" {
+		nsenter, err := exec.LookPath("nsenter")
+		if err != nil {
+			_ = out.Close()
+			return nil, fmt.Errorf("start process %s in a network namespace: nsenter (util-linux) not found: %w", o.Name, err)
+		}
+		cmd.Path = nsenter
+		cmd.Args = append([]string{nsenter, "--net=" + o.NetNS, "--", path}, o.Args...)
+	}
 	if o.Detach {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	} else {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
+	cmd.SysProcAttr.Cloneflags = o.Cloneflags
+	cmd.ExtraFiles = o.ExtraFiles
 	if err := cmd.Start(); err != nil {
 		_ = out.Close()
 		return nil, fmt.Errorf("start process %s (%s): %w", o.Name, path, err)

@@ -221,6 +221,9 @@ profiles:
 Fails rendering on contradictory values. validate.yaml includes it, so every render runs it.
 */}}
 {{- define "kube-neuron.validate" -}}
+{{- if and (or .Values.devicePlugin.enabled .Values.draDriver.enabled .Values.npd.enabled) (not (or .Values.neuronInstances .Values.neuronNodes.instanceFamilies .Values.neuronNodes.nodeLabel.key)) -}}
+{{- fail "neuronInstances, neuronNodes.instanceFamilies and neuronNodes.nodeLabel.key are all empty: the Neuron DaemonSets would select no node. Give at least one of them (the chart's defaults list every Neuron instance type and family)." -}}
+{{- end -}}
 {{- if and .Values.draDriver.enabled .Values.devicePlugin.enabled (not .Values.devicePlugin.allowWithDRA) -}}
 {{- fail "devicePlugin.enabled and draDriver.enabled are both true: a node must run the device plugin or the DRA driver, never both. Set --set devicePlugin.enabled=false (DRA only), or label the DRA nodes kube-neuron.io/allocation-mode=dra and set devicePlugin.allowWithDRA=true to run both on different nodes." -}}
 {{- end -}}
@@ -277,3 +280,35 @@ Fails rendering on contradictory values. validate.yaml includes it, so every ren
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The nodeSelectorTerms of the Neuron DaemonSets: a node is a Neuron node when any term matches
+(terms are ORed): its Karpenter instance family, its instance type, or the user's own label
+(neuronNodes.nodeLabel). Every term also carries the component's own expressions (a list of
+matchExpressions, .extra) and neuronNodes.extraMatchExpressions, since expressions are ANDed only
+within a term. Takes (dict "root" $ "extra" LIST).
+*/}}
+{{- define "kube-neuron.neuronNodeTerms" -}}
+{{- $v := .root.Values -}}
+{{- $common := concat (.extra | default list) ($v.neuronNodes.extraMatchExpressions | default list) -}}
+{{- $terms := list -}}
+{{- with $v.neuronNodes.instanceFamilies -}}
+{{- $terms = append $terms (prepend $common (dict "key" "karpenter.k8s.aws/instance-family" "operator" "In" "values" .)) -}}
+{{- end -}}
+{{- with $v.neuronInstances -}}
+{{- $terms = append $terms (prepend $common (dict "key" "node.kubernetes.io/instance-type" "operator" "In" "values" .)) -}}
+{{- end -}}
+{{- with $v.neuronNodes.nodeLabel -}}
+{{- if .key -}}
+{{- $own := dict "key" .key "operator" "Exists" -}}
+{{- if .values -}}
+{{- $own = dict "key" .key "operator" "In" "values" .values -}}
+{{- end -}}
+{{- $terms = append $terms (prepend $common $own) -}}
+{{- end -}}
+{{- end -}}
+{{- range $terms }}
+- matchExpressions:
+    {{- toYaml . | nindent 4 }}
+{{- end }}
+{{- end }}

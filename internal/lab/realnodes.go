@@ -1,0 +1,289 @@
+package lab
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-neuron/kube-neuron/internal/lab/netns"
+	"github.com/kube-neuron/kube-neuron/internal/lab/realnode"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/neuron"
+)
+
+// Kubelet modes of a fleet entry.
+const (
+	// KubeletSimulated nodes are run by the lab's node simulator (the default): fast, many at
+	// once, the lab's components as host processes.
+	KubeletSimulated = "simulated"
+	// KubeletReal nodes run a real kubelet, containerd and runc, isolated as a node container
+	// (internal/lab/realnode); the chart's components run on them as pods.
+	KubeletReal = "real"
+)
+
+// LabKubeletLabel tells a lab node's kubelet: simulated or real. The lab's chart values keep
+// the chart's pods off simulated nodes.
+const LabKubeletLabel = "kube-neuron.io/lab-kubelet"
+
+// SystemNodeName is the real node the lab adds for the Deployments (the extender, my-scheduler,
+// CoreDNS), as EKS clusters have a system node group: untainted and without Neuron devices.
+const SystemNodeName = "lab-system"
+
+// SystemNodeLabel marks the system node.
+const SystemNodeLabel = "kube-neuron.io/lab-system"
+
+// RealNode is a running real node.
+type RealNode struct {
+	Spec  NodeSpec
+	Index int // its place on the lab network: netns.NodeIP(Index), netns.PodCIDR(Index)
+	dir   string // the node's root: var/, opt/, etc/
+	lab   string // the lab's directory (its state file)
+	proc  *Process
+	hw    *neuron.Simulator
+	cg    string
+}
+
+// Hardware returns the node's simulated devices (nil for the system node): errors injected and
+// devices removed there are what the node's plugins read through its /sys.
+func (n *RealNode) Hardware() *neuron.Simulator { return n.hw }
+
+// IP is the node's address on the lab network.
+func (n *RealNode) IP() string { return netns.NodeIP(n.Index).String() }
+
+// RestartKubelet restarts the node's kubelet, as `systemctl restart kubelet` does on a node: its
+// containers keep running.
+func (n *RealNode) RestartKubelet() error {
+	return syscall.Kill(n.proc.PID(), syscall.SIGHUP)
+}
+
+// KubeletLog is the path of the node's kubelet log.
+func (n *RealNode) KubeletLog() string { return filepath.Join(filepath.Dir(n.proc.LogPath()), n.Spec.Name+"-kubelet.log") }
+
+// realNodeTools are what real nodes need besides the control plane, checked before anything
+// starts.
+type realNodeTools struct {
+	netTools netns.Tools
+	kubelet  string
+	proxy    string
+	nodeBin  string // containerd, runc, the CNI plugins
+	labBin   string // neuron-lab (the node init and the registry)
+}
+
+// RealNodesUnavailable says why this machine cannot run real nodes, "" when it can.
+func RealNodesUnavailable() string {
+	if os.Geteuid() != 0 {
+		return "real lab nodes need root (network, mount and PID namespaces, cgroups)"
+	}
+	if _, err := os.Stat("/proc/self/ns/net"); err != nil {
+		return "real lab nodes need namespaces: /proc/self/ns/net is missing"
+	}
+	if _, err := netns.FindTools(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func findRealNodeTools(o Options) (realNodeTools, error) {
+	var t realNodeTools
+	if why := RealNodesUnavailable(); why != "" {
+		return t, fmt.Errorf("%s; run the lab without `kubelet: real` nodes (KUBE_NEURON_REAL_NODES=0 for the tests)", why)
+	}
+	t.netTools, _ = netns.FindTools()
+	if o.NodeBinDir == "" {
+		return t, errors.New("real lab nodes need containerd, runc and the CNI plugins: set Options.NodeBinDir (hack/node/build.sh prints it)")
+	}
+	t.nodeBin = o.NodeBinDir
+	t.kubelet = filepath.Join(o.BinDir, "kubelet")
+	t.proxy = filepath.Join(o.BinDir, "kube-proxy")
+	t.labBin = filepath.Join(o.ComponentBinDir, "neuron-lab")
+	for _, p := range []string{t.kubelet, t.proxy, t.labBin, filepath.Join(t.nodeBin, "containerd"), filepath.Join(t.nodeBin, "runc"), filepath.Join(t.nodeBin, "bridge")} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+			return t, fmt.Errorf("real lab nodes need %s: build it (hack/build-tools.sh kubelet kube-proxy, hack/node/build.sh, make build)", p)
+		}
+	}
+	return t, nil
+}
+
+// labCgroupRoot is the cgroup of a lab's real nodes: one per lab directory.
+func labCgroupRoot(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return realnode.CgroupPrefix + "/" + hex.EncodeToString(sum[:6])
+}
+
+// startRealNode starts one real node and waits until it is Ready.
+func (l *Lab) startRealNode(ctx context.Context, spec NodeSpec, index int, system bool) (*RealNode, error) {
+	logger := klog.FromContext(ctx).WithValues("node", spec.Name)
+	begin := time.Now()
+	base := filepath.Join(l.cp.Dir(), "nodes", spec.Name)
+	n := &RealNode{Spec: spec, Index: index, dir: filepath.Join(base, "node"), lab: l.cp.Dir(), cg: labCgroupRoot(l.cp.Dir()) + "/" + spec.Name}
+	if err := os.RemoveAll(base); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(n.dir, 0o755); err != nil {
+		return nil, err
+	}
+	nodeLabels := map[string]string{LabKubeletLabel: KubeletReal, "kube-neuron.io/lab-node": "true"}
+	var taints []corev1.Taint
+	devices := 0
+	sysfs := ""
+	if system {
+		nodeLabels[SystemNodeLabel] = "true"
+	} else {
+		for k, v := range simNodeLabels(spec) {
+			nodeLabels[k] = v
+		}
+		delete(nodeLabels, labels.Hostname) // the kubelet's own
+		delete(nodeLabels, "kubernetes.io/os")
+		delete(nodeLabels, "kubernetes.io/arch")
+		nodeLabels[LabKubeletLabel] = KubeletReal
+		taints = []corev1.Taint{{Key: labels.NeuronTaintKey, Value: labels.NeuronTaintValue, Effect: corev1.TaintEffectNoSchedule}}
+		sysfs = filepath.Join(base, "sysfs")
+		lnc := 0
+		if spec.LNC != spec.InstanceType.DefaultLNC {
+			lnc = spec.LNC
+		}
+		hw, err := neuron.Simulate(neuron.SimOptions{Root: sysfs, InstanceType: spec.InstanceType, LNC: lnc,
+			DriverVersion: spec.DriverVersion, UltraServer: spec.UltraServer, EFA: true})
+		if err != nil {
+			return nil, fmt.Errorf("node %s: simulating sysfs: %w", spec.Name, err)
+		}
+		n.hw = hw
+		devices = spec.InstanceType.Devices
+	}
+	pki := l.cp.PKI()
+	ip := netns.NodeIP(index)
+	kubeletCert, kubeletKey, err := pki.IssueClientCert("node-"+spec.Name, "system:node:"+spec.Name, "system:nodes")
+	if err != nil {
+		return nil, err
+	}
+	servingCert, servingKey, err := pki.IssueServingCert("kubelet-"+spec.Name, []string{spec.Name}, []net.IP{net.IP(ip.AsSlice())})
+	if err != nil {
+		return nil, err
+	}
+	proxyCert, proxyKey, err := pki.IssueClientCert("kube-proxy", "system:kube-proxy")
+	if err != nil {
+		return nil, err
+	}
+	files, kubeletArgs, proxyArgs, err := realnode.Files(realnode.FileOptions{
+		Name: spec.Name, Dir: n.dir,
+		NodeIP: ip.String(), PodCIDR: netns.PodCIDR(index).String(), ClusterCIDR: netns.PodNetwork.String(),
+		APIServer: "https://" + net.JoinHostPort(netns.Gateway.String(), "6443"), CACert: pki.CACert,
+		KubeletCert: kubeletCert, KubeletKey: kubeletKey, ServingCert: servingCert, ServingKey: servingKey,
+		ProxyCert: proxyCert, ProxyKey: proxyKey,
+		ClusterDNS: ClusterDNSIP, Registry: l.real.registryAddr, SandboxImage: l.real.sandboxImage,
+		CNIBin: l.real.tools.nodeBin, Runc: filepath.Join(l.real.tools.nodeBin, "runc"),
+		CgroupRoot: n.cg, Labels: nodeLabels, Taints: taints, Verbosity: 2,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := realnode.WriteFiles(n.dir, files); err != nil {
+		return nil, err
+	}
+	cfg := realnode.Config{
+		Name: spec.Name, Dir: n.dir, LogDir: filepath.Join(l.cp.Dir(), "logs"), Sysfs: sysfs, Devices: devices,
+		CgroupRoot: n.cg, Containerd: filepath.Join(l.real.tools.nodeBin, "containerd"),
+		Kubelet: l.real.tools.kubelet, KubeProxy: l.real.tools.proxy,
+		KubeletArgs: kubeletArgs, KubeProxyArgs: proxyArgs, ContainerdConfig: realnode.ContainerdConfigPath(n.dir),
+		Sysctls: map[string]string{"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"},
+	}
+	if err := cfg.Write(); err != nil {
+		return nil, err
+	}
+	if err := realnode.RemoveCgroups(n.cg, 10*time.Second); err != nil {
+		return nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	n.proc, err = StartProcess(ProcessOptions{
+		Name: "node-" + spec.Name, Path: l.real.tools.labBin,
+		Args:       []string{"node-init", "--config", filepath.Join(n.dir, realnode.ConfigFile)},
+		LogPath:    l.cp.LogPath(spec.Name + "-init"),
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
+		ExtraFiles: []*os.File{r},
+	})
+	r.Close()
+	if err != nil {
+		return nil, err
+	}
+	if err := AddToState(l.cp.Dir(), n.proc, StopOrderComponent); err != nil {
+		_ = n.stop(ctx)
+		return nil, err
+	}
+	if err := l.real.network.AttachNode(ctx, n.proc.PID(), index, ServiceClusterIPRange); err != nil {
+		_ = n.stop(ctx)
+		return nil, fmt.Errorf("node %s: attach to the lab network: %w", spec.Name, err)
+	}
+	if _, err := w.Write([]byte("go\n")); err != nil {
+		_ = n.stop(ctx)
+		return nil, fmt.Errorf("node %s: the node init is gone: %w\n%s", spec.Name, err, LogTail(n.proc.LogPath(), 20))
+	}
+	if err := l.waitNodeReady(ctx, n, 90*time.Second); err != nil {
+		_ = n.stop(ctx)
+		return nil, err
+	}
+	logger.Info("Real node ready", "ip", ip, "duration", time.Since(begin).Round(time.Millisecond))
+	return n, nil
+}
+
+// waitNodeReady waits until the node's kubelet has registered it Ready.
+func (l *Lab) waitNodeReady(ctx context.Context, n *RealNode, timeout time.Duration) error {
+	last := "not registered"
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-n.proc.Exited():
+			cancel()
+		case <-waitCtx.Done():
+		}
+	}()
+	err := wait.PollUntilContextTimeout(waitCtx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		node, err := l.client.CoreV1().Nodes().Get(ctx, n.Spec.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				last = fmt.Sprintf("Ready=%s (%s)", c.Status, c.Message)
+				return c.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("real node %s not Ready after %v (last seen: %s): %w\nnode init log:\n%s\nkubelet log:\n%s",
+			n.Spec.Name, timeout, last, err, LogTail(n.proc.LogPath(), 15), LogTail(n.KubeletLog(), 15))
+	}
+	return nil
+}
+
+// stop ends the node (its init stops the kubelet and containerd; the kernel ends the rest of
+// the node) and removes its cgroups and route.
+func (n *RealNode) stop(ctx context.Context) error {
+	var errs []error
+	if n.proc != nil {
+		errs = append(errs, n.proc.Stop(15*time.Second))
+		_ = RemoveFromState(n.lab, n.proc.PID())
+	}
+	errs = append(errs, realnode.RemoveCgroups(n.cg, 20*time.Second))
+	return errors.Join(errs...)
+}
+
+// ClusterDNSIP is the cluster DNS Service's address (CoreDNS on the system node).
+const ClusterDNSIP = "10.0.0.10"
