@@ -3,6 +3,7 @@ package chart
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -114,10 +115,27 @@ func objectLabels(obj any) map[string]string {
 	return reflect.ValueOf(obj).Elem().FieldByName("ObjectMeta").FieldByName("Labels").Interface().(map[string]string)
 }
 
-// wantInstances is the default neuronInstances: every catalog type, plus trn2n.48xlarge.
+// awsOnlyInstances are the instance types of AWS's chart (1.10.0) whose device counts are not
+// public: the chart selects their nodes, the topology catalog does not know them.
+var awsOnlyInstances = []string{"inf2e.32xlarge", "trn2e.48xlarge", "trn2n.48xlarge", "trn3en.24xlarge", "trn3n.48xlarge",
+	"trn3p.48xlarge", "trn3pd98.48xlarge", "trn3s.48xlarge", "trn3s-es.48xlarge"}
+
+// wantInstances is the default neuronInstances: every catalog type, plus awsOnlyInstances.
 func wantInstances(t *testing.T) []string {
 	t.Helper()
-	s := append(topology.DefaultCatalog().Names(), "trn2n.48xlarge")
+	s := append(topology.DefaultCatalog().Names(), awsOnlyInstances...)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// wantFamilies is the default neuronNodes.instanceFamilies: the family of every wantInstances type.
+func wantFamilies(t *testing.T) []string {
+	t.Helper()
+	var s []string
+	for _, it := range wantInstances(t) {
+		family, _, _ := strings.Cut(it, ".")
+		s = append(s, family)
+	}
 	slices.Sort(s)
 	return slices.Compact(s)
 }
@@ -178,7 +196,7 @@ func checkDevicePlugin(t *testing.T, m manifest, ns string) {
 	if !reflect.DeepEqual(spec.Tolerations, wantTolerations) {
 		t.Errorf("tolerations = %+v, want %+v", spec.Tolerations, wantTolerations)
 	}
-	checkAffinity(t, spec.Affinity, wantInstances(t), true)
+	checkNeuronAffinity(t, spec.Affinity, wantFamilies(t), wantInstances(t), devicePluginExpressions...)
 
 	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
 		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
@@ -230,7 +248,6 @@ func checkDevicePlugin(t *testing.T, m manifest, ns string) {
 		{"/var/lib/kubelet/pod-resources", "/var/lib/kubelet/pod-resources", corev1.HostPathDirectory, true},
 		{"/sys", "/sys", corev1.HostPathDirectory, true},
 		{"/opt/aws/neuron", "/opt/aws/neuron", corev1.HostPathDirectoryOrCreate, true},
-		{"/dev", "/dev", corev1.HostPathDirectory, true},
 	})
 	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
 		t.Errorf("the device plugin needs no host namespaces")
@@ -263,9 +280,10 @@ func checkBinding(t *testing.T, b *rbacv1.ClusterRoleBinding, role, ns, sa strin
 	}
 }
 
-// checkAffinity checks the required node affinity: one term, the instance types and, for the
-// device plugin, not on nodes that the DRA driver serves.
-func checkAffinity(t *testing.T, a *corev1.Affinity, instances []string, notOnDRANodes bool) {
+// checkNeuronAffinity checks the required node affinity of a Neuron DaemonSet: two OR-ed terms,
+// a node of a Neuron instance family (Karpenter's label) or of a Neuron instance type, each with
+// the component's own expressions, extra.
+func checkNeuronAffinity(t *testing.T, a *corev1.Affinity, families, instances []string, extra ...corev1.NodeSelectorRequirement) {
 	t.Helper()
 	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
 		t.Fatalf("no required node affinity: %+v", a)
@@ -273,27 +291,30 @@ func checkAffinity(t *testing.T, a *corev1.Affinity, instances []string, notOnDR
 	if a.PodAffinity != nil || a.PodAntiAffinity != nil || a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution != nil {
 		t.Errorf("unexpected affinity %+v", a)
 	}
-	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) != 1 || len(terms[0].MatchFields) != 0 {
-		t.Fatalf("want one nodeSelectorTerm with matchExpressions only, got %+v", terms)
-	}
-	exprs := terms[0].MatchExpressions
-	want := 1
-	if notOnDRANodes {
-		want = 2
-	}
-	if len(exprs) != want {
-		t.Fatalf("matchExpressions = %+v, want %d", exprs, want)
-	}
-	if e := exprs[0]; e.Key != labels.InstanceType || e.Operator != corev1.NodeSelectorOpIn || !slices.Equal(sorted(e.Values), sorted(instances)) {
-		t.Errorf("instance type expression = %+v, want %s In %v", e, labels.InstanceType, instances)
-	}
-	if notOnDRANodes {
-		wantDRA := corev1.NodeSelectorRequirement{Key: labels.AllocationMode, Operator: corev1.NodeSelectorOpNotIn, Values: []string{labels.AllocationModeDRA}}
-		if !reflect.DeepEqual(exprs[1], wantDRA) {
-			t.Errorf("allocation mode expression = %+v, want %+v", exprs[1], wantDRA)
+	got := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.DeepCopy().NodeSelectorTerms
+	for _, term := range got {
+		if len(term.MatchExpressions) > 0 {
+			// values.yaml's order; the comparison below is about the set.
+			term.MatchExpressions[0].Values = sorted(term.MatchExpressions[0].Values)
 		}
 	}
+	var want []corev1.NodeSelectorTerm
+	for _, first := range []corev1.NodeSelectorRequirement{
+		{Key: labels.InstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: sorted(families)},
+		{Key: labels.InstanceType, Operator: corev1.NodeSelectorOpIn, Values: sorted(instances)},
+	} {
+		want = append(want, corev1.NodeSelectorTerm{MatchExpressions: append([]corev1.NodeSelectorRequirement{first}, extra...)})
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("nodeSelectorTerms =\n  %+v\nwant\n  %+v", got, want)
+	}
+}
+
+// devicePluginExpressions keep the device plugin off the DRA driver's nodes and off EKS's own
+// Neuron support (Fargate, hybrid and Auto Mode nodes).
+var devicePluginExpressions = []corev1.NodeSelectorRequirement{
+	{Key: labels.AllocationMode, Operator: corev1.NodeSelectorOpNotIn, Values: []string{labels.AllocationModeDRA}},
+	{Key: computeType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"fargate", "hybrid", "auto"}},
 }
 
 func checkResources(t *testing.T, r corev1.ResourceRequirements, reqCPU, reqMem, limCPU, limMem string) {
@@ -405,7 +426,7 @@ func checkNPD(t *testing.T, m manifest) {
 	if spec.ServiceAccountName != "node-problem-detector" {
 		t.Errorf("serviceAccountName = %q", spec.ServiceAccountName)
 	}
-	checkAffinity(t, spec.Affinity, wantInstances(t), false)
+	checkNeuronAffinity(t, spec.Affinity, wantFamilies(t), wantInstances(t))
 	wantTolerations := []corev1.Toleration{
 		{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 		{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
@@ -613,7 +634,7 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 		t.Errorf("priorityClassName = %q", spec.PriorityClassName)
 	}
 	checkResources(t, c.Resources, "10m", "32Mi", "100m", "1Gi")
-	checkAffinity(t, spec.Affinity, []string{"trn1.2xlarge", "trn2.48xlarge"}, true)
+	checkNeuronAffinity(t, spec.Affinity, wantFamilies(t), []string{"trn1.2xlarge", "trn2.48xlarge"}, devicePluginExpressions...)
 	if n := len(spec.Tolerations); n != 4 || spec.Tolerations[3] != (corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "ml", Effect: corev1.TaintEffectNoSchedule}) {
 		t.Errorf("tolerations = %+v, want the three fixed ones and dedicated=ml:NoSchedule", spec.Tolerations)
 	}
@@ -623,7 +644,6 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 		{"/kubelet/pr", "/kubelet/pr", corev1.HostPathDirectory, true},
 		{"/host/sys", "/sys", corev1.HostPathDirectory, true},
 		{"/host/opt/aws/neuron", "/opt/aws/neuron", corev1.HostPathDirectoryOrCreate, true},
-		{"/dev", "/dev", corev1.HostPathDirectory, true},
 	})
 }
 
@@ -674,7 +694,7 @@ func TestChartMetadata(t *testing.T) {
 	}
 	readYAML(t, filepath.Join(chartDir, "values.yaml"), &values)
 	if got, want := sorted(values.NeuronInstances), wantInstances(t); !slices.Equal(got, want) {
-		t.Errorf("values.yaml neuronInstances = %q, want the catalog's types plus trn2n.48xlarge: %q", got, want)
+		t.Errorf("values.yaml neuronInstances = %q, want the catalog's types plus AWS's others: %q", got, want)
 	}
 	var schema map[string]any
 	data, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
@@ -716,5 +736,48 @@ func readYAML(t *testing.T, path string, v any) {
 	}
 	if err := yaml.Unmarshal(data, v); err != nil {
 		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// TestNeuronNodeSelection: a Neuron DaemonSet finds a node by its Karpenter instance family, by
+// its instance type, or by a label of the user's own, whichever it has (a type newer than the
+// chart still runs the plugin on Karpenter's nodes), and extraMatchExpressions keep it off nodes.
+func TestNeuronNodeSelection(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		sets []string
+		node map[string]string
+		want bool
+	}{
+		{"a type the chart lists", nil, map[string]string{labels.InstanceType: "trn1.32xlarge"}, true},
+		{"a type newer than the chart, on a Karpenter node", nil, map[string]string{labels.InstanceType: "trn9.48xlarge", labels.InstanceFamily: "trn2"}, true},
+		{"a type newer than the chart, no family label", nil, map[string]string{labels.InstanceType: "trn9.48xlarge"}, false},
+		{"not a Neuron node", nil, map[string]string{labels.InstanceType: "m7i.xlarge", labels.InstanceFamily: "m7i"}, false},
+		{"the user's label, any value", []string{"neuronNodes.nodeLabel.key=example.com/accelerator"}, map[string]string{"example.com/accelerator": "x"}, true},
+		{"the user's label with a value", []string{"neuronNodes.nodeLabel.key=example.com/accelerator", "neuronNodes.nodeLabel.values={neuron}"}, map[string]string{"example.com/accelerator": "neuron"}, true},
+		{"the user's label with another value", []string{"neuronNodes.nodeLabel.key=example.com/accelerator", "neuronNodes.nodeLabel.values={neuron}"}, map[string]string{"example.com/accelerator": "gpu"}, false},
+		{"kept off by an extra expression", []string{"--set-json=neuronNodes.extraMatchExpressions=[{\"key\":\"kube-neuron.io/lab-kubelet\",\"operator\":\"NotIn\",\"values\":[\"simulated\"]}]"},
+			map[string]string{labels.InstanceType: "trn1.32xlarge", "kube-neuron.io/lab-kubelet": "simulated"}, false},
+		{"the extra expression lets the others be", []string{"--set-json=neuronNodes.extraMatchExpressions=[{\"key\":\"kube-neuron.io/lab-kubelet\",\"operator\":\"NotIn\",\"values\":[\"simulated\"]}]"},
+			map[string]string{labels.InstanceType: "trn1.32xlarge", labels.InstanceFamily: "trn1", "kube-neuron.io/lab-kubelet": "real"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := render(t, append([]string{"draDriver.enabled=true", "devicePlugin.allowWithDRA=true"}, tc.sets...)...)
+			for _, o := range m {
+				ds, ok := o.Obj.(*appsv1.DaemonSet)
+				if !ok {
+					continue
+				}
+				node := maps.Clone(tc.node)
+				if ds.Name == draDaemonSet {
+					node[labels.AllocationMode] = labels.AllocationModeDRA
+				}
+				if got := runsOn(t, ds.Spec.Template.Spec, node); got != tc.want {
+					t.Errorf("DaemonSet %s on node %v: runs %t, want %t", ds.Name, node, got, tc.want)
+				}
+			}
+		})
 	}
 }

@@ -153,38 +153,21 @@ func checkDRADriver(t *testing.T, m manifest, withDevicePlugin bool) {
 	checkDRAPolicy(t, m)
 }
 
-// checkDRAAffinity checks the required node affinity: the instance types, no EKS Fargate,
-// hybrid or Auto Mode node, and the allocation-mode rule that keeps it off the device plugin's
-// nodes.
+// checkDRAAffinity checks the required node affinity: a Neuron node (checkNeuronAffinity), no
+// EKS Fargate, hybrid or Auto Mode node, and the allocation-mode rule that keeps it off the
+// device plugin's nodes.
 func checkDRAAffinity(t *testing.T, spec corev1.PodSpec, instances []string, withDevicePlugin bool) {
 	t.Helper()
 	if len(spec.NodeSelector) != 0 {
 		t.Errorf("nodeSelector = %v, want none (the affinity says where it runs)", spec.NodeSelector)
 	}
-	a := spec.Affinity
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		t.Fatalf("no required node affinity: %+v", a)
-	}
-	if a.PodAffinity != nil || a.PodAntiAffinity != nil || a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution != nil {
-		t.Errorf("unexpected affinity %+v", a)
-	}
 	mode := corev1.NodeSelectorRequirement{Key: labels.AllocationMode, Operator: corev1.NodeSelectorOpNotIn, Values: []string{labels.AllocationModeDevicePlugin}}
 	if withDevicePlugin {
 		mode = corev1.NodeSelectorRequirement{Key: labels.AllocationMode, Operator: corev1.NodeSelectorOpIn, Values: []string{labels.AllocationModeDRA}}
 	}
-	got := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.DeepCopy().NodeSelectorTerms
-	if len(got) == 1 && len(got[0].MatchExpressions) > 0 {
-		// values.yaml's order; the comparison below is about the set.
-		got[0].MatchExpressions[0].Values = sorted(got[0].MatchExpressions[0].Values)
-	}
-	want := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
-		{Key: labels.InstanceType, Operator: corev1.NodeSelectorOpIn, Values: sorted(instances)},
-		{Key: computeType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"fargate", "hybrid", "auto"}},
-		mode,
-	}}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("nodeSelectorTerms =\n  %+v\nwant\n  %+v", got, want)
-	}
+	checkNeuronAffinity(t, spec.Affinity, wantFamilies(t), instances,
+		corev1.NodeSelectorRequirement{Key: computeType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"fargate", "hybrid", "auto"}},
+		mode)
 }
 
 // checkDRAPorts checks the gRPC health port (liveness, as published) and the metrics port
@@ -449,14 +432,16 @@ func TestDevicePluginAndDRANeverShareANode(t *testing.T) {
 	// want says which DaemonSet should run on a node: the device plugin wherever it is
 	// installed and the node is not labelled dra; the DRA driver on the nodes labelled dra,
 	// and, without the device plugin, on every node not labelled device-plugin; both only on
-	// Neuron instance types, the DRA driver not on Fargate, hybrid or Auto Mode nodes.
+	// Neuron instance types, and neither on Fargate, hybrid or Auto Mode nodes (EKS runs its own
+	// Neuron support there).
 	want := func(devicePlugin, dra bool, l map[string]string) []string {
 		if it := l[labels.InstanceType]; it != "trn2.48xlarge" && it != "inf2.xlarge" {
 			return nil
 		}
 		mode, ct := l[labels.AllocationMode], l[computeType]
+		eks := ct == "fargate" || ct == "hybrid" || ct == "auto"
 		switch {
-		case devicePlugin && mode != labels.AllocationModeDRA:
+		case devicePlugin && mode != labels.AllocationModeDRA && !eks:
 			return []string{"neuron-device-plugin"}
 		case dra && ct != "fargate" && ct != "hybrid" && ct != "auto" &&
 			(mode == labels.AllocationModeDRA || !devicePlugin && mode != labels.AllocationModeDevicePlugin):

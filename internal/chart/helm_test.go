@@ -101,6 +101,10 @@ func runHelm(t testing.TB, args ...string) (string, error) {
 func setArgs(sets []string) []string {
 	var args []string
 	for _, s := range sets {
+		if strings.HasPrefix(s, "--") { // a flag of its own, e.g. --set-json=key=[]
+			args = append(args, s)
+			continue
+		}
 		args = append(args, "--set", s)
 	}
 	return args

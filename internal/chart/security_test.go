@@ -477,6 +477,8 @@ var contradictions = []struct {
 	sets []string
 	want string
 }{
+	{"no way to find Neuron nodes", []string{"--set-json=neuronInstances=[]", "--set-json=neuronNodes.instanceFamilies=[]"},
+		"neuronInstances, neuronNodes.instanceFamilies and neuronNodes.nodeLabel.key are all empty: the Neuron DaemonSets would select no node."},
 	{"device plugin and DRA driver", []string{"draDriver.enabled=true"},
 		"devicePlugin.enabled and draDriver.enabled are both true: a node must run the device plugin or the DRA driver, never both."},
 	{"DRA ports", []string{"devicePlugin.enabled=false", "draDriver.enabled=true", "draDriver.metricsPort=51515"},

@@ -93,11 +93,12 @@ func TestPKIGenerate(t *testing.T) {
 	if !slices.Equal(serving.DNSNames, wantDNS) {
 		t.Errorf("serving DNS SANs %v, want %v", serving.DNSNames, wantDNS)
 	}
-	if len(serving.IPAddresses) != 2 || !serving.IPAddresses[0].Equal(net.ParseIP("127.0.0.1")) ||
-		!serving.IPAddresses[1].Equal(net.ParseIP("10.0.0.1")) {
-		t.Errorf("serving IP SANs %v, want [127.0.0.1 10.0.0.1]", serving.IPAddresses)
+	// The host's loopback, the kubernetes Service and the lab namespace's address (real nodes).
+	if len(serving.IPAddresses) != 3 || !serving.IPAddresses[0].Equal(net.ParseIP("127.0.0.1")) ||
+		!serving.IPAddresses[1].Equal(net.ParseIP("10.0.0.1")) || !serving.IPAddresses[2].Equal(net.ParseIP("10.200.0.1")) {
+		t.Errorf("serving IP SANs %v, want [127.0.0.1 10.0.0.1 10.200.0.1]", serving.IPAddresses)
 	}
-	for _, host := range append(wantDNS, "127.0.0.1", "10.0.0.1") {
+	for _, host := range append(wantDNS, "127.0.0.1", "10.0.0.1", "10.200.0.1") {
 		if _, err := serving.Verify(x509.VerifyOptions{DNSName: host, Roots: roots}); err != nil {
 			t.Errorf("serving certificate does not verify for %s: %v", host, err)
 		}
