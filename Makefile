@@ -21,7 +21,8 @@ help: ## Show this help
 	@echo
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
 	@echo
-	@echo "Variables: FLEET (lab fleet file), FUZZTIME (fuzz time per target, default $(FUZZTIME)), SEEDS (simulate seeds, default $(SEEDS))"
+	@echo "Variables: FLEET (lab fleet file), PLATFORMS (images, default $(PLATFORMS)), KUBE_NEURON_REAL_NODES (0: no real nodes in the demo and the tests),"
+	@echo "           FUZZTIME (fuzz time per target, default $(FUZZTIME)), SEEDS (simulate seeds, default $(SEEDS))"
 
 .PHONY: build
 build: ## Build every binary into bin/
@@ -29,9 +30,11 @@ build: ## Build every binary into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 	@echo "built: $(addprefix $(BIN)/,$(COMMANDS))"
 
+PLATFORMS ?= linux/amd64,linux/arm64
+
 .PHONY: images
-images: ## Build each component's OCI image (linux/amd64, arm64) into bin/images/<name>.tar, no Docker: docs/images.md
-	cd hack/images && $(GO) run . -repo ../.. -out ../../$(BIN)/images
+images: ## Build each component's OCI image into bin/images/<name>.tar, no Docker (PLATFORMS=linux/amd64 for one platform): docs/images.md
+	cd hack/images && $(GO) run . -repo ../.. -platforms $(PLATFORMS) -out ../../$(BIN)/images
 
 # Without -race: it makes compressing the binaries several times slower; `go test -race ./...`
 # in hack/images runs the same code on small binaries.
@@ -39,11 +42,16 @@ images: ## Build each component's OCI image (linux/amd64, arm64) into bin/images
 images-verify: ## Check that the images are reproducible: build them twice, once with an empty Go build cache (minutes)
 	cd hack/images && KUBE_NEURON_IMAGES_VERIFY=1 $(GO) test -count=1 -timeout 60m -v ./...
 
-KUBE_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
+KUBE_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy
 LAB_DIR    ?= .lab
 CHART      := deployments/helm/kube-neuron
-# The chart values of the components the lab runs as host processes.
-LAB_CHART_SET := --set npd.enabled=false --set scheduler.enabled=true --set draDriver.enabled=true --set devicePlugin.allowWithDRA=true
+# Real lab nodes (`kubelet: real` in a fleet file, the demo's real-node act, the e2e tests' real-node
+# tier) need Debian's iptables and libseccomp-dev, containerd, runc, the CNI plugins and the images:
+# hack/real-nodes.sh makes them once and prints the neuron-lab flags. KUBE_NEURON_REAL_NODES=0
+# runs without real nodes.
+KUBE_NEURON_REAL_NODES ?= 1
+REAL_FLEET = $(if $(FLEET),$(shell grep -qE '^[^#]*kubelet:[[:space:]]*"?real' $(FLEET) && echo yes))
+LAB_FLAGS  = --bin-dir "$(call TOOLS,$(KUBE_TOOLS))" --chart $(CHART) --helm "$$(hack/helm/build.sh)"
 
 .PHONY: test
 test: lint unit e2e ## Run all tests: go vet, staticcheck, unit and e2e tests with -race (the CI command)
@@ -53,14 +61,15 @@ unit: ## Run the unit tests with -race
 	$(GO) test -race -count=1 ./...
 
 .PHONY: e2e
-e2e: ## Run the e2e tests on a lab (real control plane, simulated Neuron nodes) with -race
-	KUBE_NEURON_TOOLS_BIN="$(call TOOLS,$(KUBE_TOOLS))" $(GO) test -race -count=1 -tags e2e -timeout 30m ./test/e2e/...
+e2e: ## Run the e2e tests on labs (real control plane; simulated nodes, and real nodes unless KUBE_NEURON_REAL_NODES=0) with -race
+	KUBE_NEURON_TOOLS_BIN="$(call TOOLS,$(KUBE_TOOLS))" \
+	KUBE_NEURON_REAL_NODE_FLAGS="$$(if [ "$(KUBE_NEURON_REAL_NODES)" != 0 ]; then hack/real-nodes.sh; fi)" \
+	$(GO) test -race -count=1 -tags e2e -timeout 40m ./test/e2e/...
 
 .PHONY: lab-up
-lab-up: build ## Start the lab in the background (FLEET=file chooses the fleet); kubeconfig in .lab/kubeconfig
+lab-up: build ## Start the lab in the background and install the chart with helm (FLEET=file chooses the fleet); kubeconfig in .lab/kubeconfig
 	@mkdir -p $(LAB_DIR)
-	"$$(hack/helm/build.sh)" template kube-neuron $(CHART) --namespace kube-system $(LAB_CHART_SET) > $(LAB_DIR)/chart.yaml
-	$(BIN)/neuron-lab up --dir $(LAB_DIR) --bin-dir "$(call TOOLS,$(KUBE_TOOLS))" --apply $(LAB_DIR)/chart.yaml $(if $(FLEET),--fleet $(FLEET))
+	$(BIN)/neuron-lab up --dir $(LAB_DIR) $(LAB_FLAGS) $(if $(REAL_FLEET),$$(hack/real-nodes.sh)) $(if $(FLEET),--fleet $(FLEET))
 
 .PHONY: lab-down
 lab-down: ## Stop the lab that lab-up started
@@ -98,19 +107,19 @@ bench-dra: ## DRA scheduling throughput through the real kube-scheduler: claims 
 	KUBE_NEURON_TOOLS_BIN="$(call TOOLS,$(KUBE_TOOLS))" $(GO) test -tags e2e -run '^$$' -bench DRASchedulingThroughput -benchtime 1x -timeout 30m ./test/bench/dra/
 
 .PHONY: demo
-demo: build ## The main job: a lab with simulated Neuron nodes, the examples applied, what every pod got (state in .demo/)
+demo: build ## The main job: a lab with simulated and real Neuron nodes, the examples applied, what every pod got (state in .demo/)
 	@mkdir -p .demo
-	"$$(hack/helm/build.sh)" template kube-neuron $(CHART) --namespace kube-system $(LAB_CHART_SET) > .demo/chart.yaml
-	$(BIN)/neuron-lab demo --dir .demo --bin-dir "$(call TOOLS,$(KUBE_TOOLS))" --apply .demo/chart.yaml
+	$(BIN)/neuron-lab demo --dir .demo $(LAB_FLAGS) $$(if [ "$(KUBE_NEURON_REAL_NODES)" != 0 ]; then hack/real-nodes.sh; fi)
 
 .PHONY: engine-demo
 engine-demo: build ## Show the topology engine alone through kubectl-neuron (catalog, plans, maps, simulate)
 	hack/demo.sh
 
 .PHONY: tools
-tools: ## Build the pinned tools (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, staticcheck, helm)
+tools: ## Build the pinned tools (etcd, the Kubernetes binaries, staticcheck, helm; containerd, runc, the CNI plugins, CoreDNS)
 	hack/build-tools.sh
 	hack/helm/build.sh
+	hack/node/build.sh
 
 .PHONY: chart-lint
 chart-lint: ## helm lint the chart (the chart's Go tests also render it for the seed install commands)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the pinned tools of hack/tools (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kubelet and kube-proxy for real lab nodes, staticcheck) into a cache directory keyed by the tools module's
-# go.sum, so a clean clone on the same machine reuses what was built before.
+# kube-scheduler, kubectl, kubelet and kube-proxy for real lab nodes, staticcheck) into a cache
+# directory keyed by the tools module's go.sum, so a clean clone on the same machine reuses what
+# was built before.
 # Usage: hack/build-tools.sh [tool ...]   (prints the bin directory on stdout)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,7 +25,7 @@ declare -A pkgs=(
   [staticcheck]=honnef.co/go/tools/cmd/staticcheck
 )
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl staticcheck)
+[ ${#want[@]} -gt 0 ] || want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy staticcheck)
 
 ldflags=""
 for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do

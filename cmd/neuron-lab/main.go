@@ -21,12 +21,14 @@ import (
 func main() {
 	var dir, binDir, fleetFile string
 	var components, manifests []string
+	var real realFlags
 	root := &cobra.Command{Use: "neuron-lab", Short: "A local Kubernetes control plane with simulated AWS Neuron nodes", SilenceUsage: true}
 	root.PersistentFlags().StringVar(&dir, "dir", ".lab", "lab state directory (kubeconfig, logs, bin/kubectl)")
 	root.PersistentFlags().StringVar(&binDir, "bin-dir", os.Getenv("KUBE_NEURON_TOOLS_BIN"), "directory of the pinned etcd and Kubernetes binaries (hack/build-tools.sh prints it)")
 	root.PersistentFlags().StringSliceVar(&components, "components", []string{lab.ComponentDevicePlugin, lab.ComponentExtender, lab.ComponentDRADriver}, "kube-neuron components to run, from the directory of this binary")
 	root.PersistentFlags().StringArrayVar(&manifests, "apply", nil, "YAML file to apply once the lab runs (repeatable), such as the rendered Helm chart")
 	root.PersistentFlags().StringVar(&fleetFile, "fleet", "", "fleet file (default: one inf2.48xlarge, one trn1.32xlarge, one trn2.48xlarge in DRA mode)")
+	real.add(root)
 	abs := func() error {
 		var err error
 		if dir, err = filepath.Abs(dir); err == nil && binDir != "" {
@@ -63,11 +65,18 @@ func main() {
 					return err
 				}
 			}
-			info, err := lab.Up(cmd.Context(), lab.UpOptions{Dir: dir, BinDir: binDir, FleetFile: fleetFile, Self: self, Manifests: manifests, Components: components})
+			if err := real.abs(); err != nil {
+				return err
+			}
+			info, err := lab.Up(cmd.Context(), lab.UpOptions{Dir: dir, BinDir: binDir, FleetFile: fleetFile, Self: self, Manifests: manifests, Components: components, Extra: real.args()})
 			if err != nil {
 				return err
 			}
-			fmt.Printf("lab ready in %s: nodes %v\n  %s --kubeconfig %s get nodes\n  stop it with: make lab-down\n", info.StartedIn, info.Nodes, info.Kubectl, info.Kubeconfig)
+			fmt.Printf("lab ready in %s: nodes %v\n  %s --kubeconfig %s get nodes\n", info.StartedIn, info.Nodes, info.Kubectl, info.Kubeconfig)
+			if info.Chart != "" {
+				fmt.Printf("  %s (helm --kubeconfig %s list -n %s)\n", info.Chart, info.Kubeconfig, lab.ChartNamespace)
+			}
+			fmt.Println("  stop it with: make lab-down")
 			return nil
 		}})
 	root.AddCommand(&cobra.Command{Use: "down", Short: "Stop the lab running in --dir", Args: cobra.NoArgs,
@@ -78,6 +87,7 @@ func main() {
 				return err
 			}
 			o := lab.Options{BinDir: binDir, Dir: dir, ComponentBinDir: selfDir(), Components: components, Manifests: manifests}
+			real.apply(&o)
 			if fleetFile != "" {
 				f, err := lab.LoadFleet(fleetFile)
 				if err != nil {
@@ -109,7 +119,12 @@ func main() {
 			klog.SetOutput(logFile)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return demo.Run(ctx, demo.Options{Lab: lab.Options{BinDir: binDir, Dir: dir, ComponentBinDir: selfDir(), Components: components, Manifests: manifests}, Examples: demo.RepoExamples(), Out: os.Stdout})
+			o := lab.Options{BinDir: binDir, Dir: dir, ComponentBinDir: selfDir(), Components: components, Manifests: manifests}
+			if err := real.abs(); err != nil {
+				return err
+			}
+			real.apply(&o)
+			return demo.Run(ctx, demo.Options{Lab: o, Examples: demo.RepoExamples(), Out: os.Stdout})
 		}})
 	root.AddCommand(registryCommand(), nodeInitCommand())
 	if err := root.ExecuteContext(klog.NewContext(context.Background(), klog.Background())); err != nil {

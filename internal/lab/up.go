@@ -32,6 +32,8 @@ type ReadyInfo struct {
 	Server     string   `json:"server"`
 	Nodes      []string `json:"nodes"`
 	StartedIn  string   `json:"startedIn"`
+	// Chart says which release of the chart helm installed, "" when none.
+	Chart string `json:"chart,omitempty"`
 }
 
 // Serve starts a lab in o.Dir, writes o.Dir/bin/kubectl and the ready file, and runs until ctx
@@ -48,6 +50,9 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	defer os.Remove(filepath.Join(o.Dir, ReadyFile))
 	info := ReadyInfo{Kubeconfig: l.Kubeconfig(), Server: l.RESTConfig().Host, StartedIn: time.Since(begin).Round(time.Millisecond).String()}
+	if o.Chart != nil {
+		info.Chart = "helm release " + ChartRelease + " of " + o.Chart.Chart
+	}
 	for _, n := range l.Nodes() {
 		info.Nodes = append(info.Nodes, n.Name)
 	}
@@ -78,6 +83,8 @@ func Serve(ctx context.Context, o Options) error {
 type UpOptions struct {
 	Dir, BinDir, FleetFile string
 	Manifests, Components  []string
+	// Extra are more arguments of `serve` (real nodes, the chart).
+	Extra []string
 	// Self is the lab binary; Up runs `Self serve ...` in the background.
 	Self string
 	// Timeout bounds the wait for the lab to become ready.
@@ -102,13 +109,14 @@ func Up(ctx context.Context, o UpOptions) (*ReadyInfo, error) {
 		args = append(args, "--apply", m)
 	}
 	args = append(args, "--components", strings.Join(o.Components, ","))
+	args = append(args, o.Extra...)
 	p, err := StartProcess(ProcessOptions{Name: "lab", Path: o.Self, Args: args, LogPath: filepath.Join(o.Dir, ServeLog), Detach: true})
 	if err != nil {
 		return nil, err
 	}
 	timeout := o.Timeout
 	if timeout == 0 {
-		timeout = 2 * time.Minute
+		timeout = 6 * time.Minute
 	}
 	deadline := time.After(timeout)
 	for {
