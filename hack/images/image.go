@@ -114,10 +114,10 @@ type imageSpec struct {
 	aliases    []string // more paths of the binary (hard links)
 	createdBy  string   // the history entry of the binary's layer
 	user       string
-	platform v1.Platform
-	binary   []byte
-	labels   map[string]string
-	created  time.Time
+	platform   v1.Platform
+	binary     []byte
+	labels     map[string]string
+	created    time.Time
 }
 
 // image builds the OCI image of spec on top of base: two layers (the base, the binary and its

@@ -47,7 +47,7 @@ const SystemNodeLabel = "kube-neuron.io/lab-system"
 // RealNode is a running real node.
 type RealNode struct {
 	Spec  NodeSpec
-	Index int // its place on the lab network: netns.NodeIP(Index), netns.PodCIDR(Index)
+	Index int    // its place on the lab network: netns.NodeIP(Index), netns.PodCIDR(Index)
 	dir   string // the node's root: var/, opt/, etc/
 	lab   string // the lab's directory (its state file)
 	proc  *Process
@@ -69,7 +69,9 @@ func (n *RealNode) RestartKubelet() error {
 }
 
 // KubeletLog is the path of the node's kubelet log.
-func (n *RealNode) KubeletLog() string { return filepath.Join(filepath.Dir(n.proc.LogPath()), n.Spec.Name+"-kubelet.log") }
+func (n *RealNode) KubeletLog() string {
+	return filepath.Join(filepath.Dir(n.proc.LogPath()), n.Spec.Name+"-kubelet.log")
+}
 
 // realNodeTools are what real nodes need besides the control plane, checked before anything
 // starts.
