@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kube-neuron/kube-neuron/internal/lab/netns"
 	"github.com/kube-neuron/kube-neuron/internal/lab/realnode"
 	"github.com/kube-neuron/kube-neuron/internal/lab/registry"
@@ -49,20 +52,18 @@ type realLab struct {
 	used  map[int]bool // node indexes in use
 }
 
-// startRealLab checks what real nodes need, creates the lab namespace, removes the cgroups a
-// killed lab of this directory left, and returns; the control plane starts in the namespace
-// next (startRegistry after it).
+// startRealLab checks what real nodes need, creates the lab namespace, removes the cgroups
+// killed labs left, and returns; the control plane starts in the namespace next (startRegistry
+// after it).
 func startRealLab(ctx context.Context, o Options) (*realLab, error) {
 	tools, err := findRealNodeTools(o)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := filepath.Abs(o.Dir)
-	if err != nil {
+	// Labs killed with SIGKILL leave their nodes' cgroups (their processes died with the nodes'
+	// inits): remove those of every lab whose process is gone.
+	if err := realnode.RemoveStaleCgroups(20 * time.Second); err != nil {
 		return nil, err
-	}
-	if err := realnode.RemoveCgroups(labCgroupRoot(dir), 20*time.Second); err != nil {
-		return nil, fmt.Errorf("remove the cgroups of an earlier lab in %s: %w", dir, err)
 	}
 	n, err := netns.Start(ctx, tools.netTools)
 	if err != nil {
@@ -159,6 +160,43 @@ func (l *Lab) startRealNodes(ctx context.Context, specs []NodeSpec) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// AddRealNode starts one more real node in a lab that has real nodes, and returns once the
+// node is Ready; the chart's DaemonSets then start their pods on it.
+func (l *Lab) AddRealNode(ctx context.Context, spec NodeSpec) (*RealNode, error) {
+	if l.real == nil {
+		return nil, errors.New("the lab has no real nodes, so no lab network: start it with a fleet that has one (kubelet: real)")
+	}
+	if spec.Name == SystemNodeName {
+		return nil, fmt.Errorf("node name %s is the lab's own", spec.Name)
+	}
+	if l.sim.Node(spec.Name) != nil {
+		return nil, fmt.Errorf("node %s is simulated", spec.Name)
+	}
+	spec.Kubelet = KubeletReal
+	return l.addRealNode(ctx, spec, false)
+}
+
+// RemoveRealNode stops a real node and deletes its Node object (the pod garbage collector then
+// deletes its pods).
+func (l *Lab) RemoveRealNode(ctx context.Context, name string) error {
+	n := l.RealNode(name)
+	if n == nil {
+		return fmt.Errorf("no real node %s", name)
+	}
+	l.real.mu.Lock()
+	delete(l.real.nodes, name)
+	l.real.mu.Unlock()
+	err := n.stop(ctx)
+	l.real.network.DetachNode(ctx, n.Index)
+	l.real.mu.Lock()
+	delete(l.real.used, n.Index)
+	l.real.mu.Unlock()
+	if derr := l.client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
+		err = errors.Join(err, derr)
+	}
+	return err
 }
 
 // RealNode returns a real node of the lab by name, nil if there is none.

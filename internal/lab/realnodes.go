@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,13 +49,14 @@ const SystemNodeLabel = "kube-neuron.io/lab-system"
 
 // RealNode is a running real node.
 type RealNode struct {
-	Spec  NodeSpec
-	Index int    // its place on the lab network: netns.NodeIP(Index), netns.PodCIDR(Index)
-	dir   string // the node's root: var/, opt/, etc/
-	lab   string // the lab's directory (its state file)
-	proc  *Process
-	hw    *neuron.Simulator
-	cg    string
+	Spec    NodeSpec
+	Index   int    // its place on the lab network: netns.NodeIP(Index), netns.PodCIDR(Index)
+	dir     string // the node's root: var/, opt/, etc/
+	kubelet string // the kubelet binary
+	lab     string // the lab's directory (its state file)
+	proc    *Process
+	hw      *neuron.Simulator
+	cg      string
 }
 
 // Hardware returns the node's simulated devices (nil for the system node): errors injected and
@@ -66,6 +70,37 @@ func (n *RealNode) IP() string { return netns.NodeIP(n.Index).String() }
 // containers keep running.
 func (n *RealNode) RestartKubelet() error {
 	return syscall.Kill(n.proc.PID(), syscall.SIGHUP)
+}
+
+// KubeletPID is the host's pid of the node's kubelet (a child of the node init).
+func (n *RealNode) KubeletPID() (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after its last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(n.proc.PID()) {
+			continue
+		}
+		if pidRuns(pid, n.kubelet) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("node %s runs no kubelet now", n.Spec.Name)
 }
 
 // KubeletLog is the path of the node's kubelet log.
@@ -118,10 +153,16 @@ func findRealNodeTools(o Options) (realNodeTools, error) {
 	return t, nil
 }
 
-// labCgroupRoot is the cgroup of a lab's real nodes: one per lab directory.
-func labCgroupRoot(dir string) string {
+// CgroupName is the start of the cgroup (in every hierarchy, under realnode.CgroupPrefix) of the
+// real nodes of a lab in dir (absolute): <hash of dir>-<pid of the lab's process>.
+func CgroupName(dir string) string {
 	sum := sha256.Sum256([]byte(dir))
-	return realnode.CgroupPrefix + "/" + hex.EncodeToString(sum[:6])
+	return hex.EncodeToString(sum[:6]) + "-"
+}
+
+// labCgroupRoot is the cgroup of this lab process's real nodes.
+func labCgroupRoot(dir string) string {
+	return realnode.CgroupPrefix + "/" + CgroupName(dir) + strconv.Itoa(os.Getpid())
 }
 
 // startRealNode starts one real node and waits until it is Ready.
@@ -129,7 +170,7 @@ func (l *Lab) startRealNode(ctx context.Context, spec NodeSpec, index int, syste
 	logger := klog.FromContext(ctx).WithValues("node", spec.Name)
 	begin := time.Now()
 	base := filepath.Join(l.cp.Dir(), "nodes", spec.Name)
-	n := &RealNode{Spec: spec, Index: index, dir: filepath.Join(base, "node"), lab: l.cp.Dir(), cg: labCgroupRoot(l.cp.Dir()) + "/" + spec.Name}
+	n := &RealNode{Spec: spec, Index: index, dir: filepath.Join(base, "node"), lab: l.cp.Dir(), kubelet: l.real.tools.kubelet, cg: labCgroupRoot(l.cp.Dir()) + "/" + spec.Name}
 	if err := os.RemoveAll(base); err != nil {
 		return nil, err
 	}
@@ -186,7 +227,7 @@ func (l *Lab) startRealNode(ctx context.Context, spec NodeSpec, index int, syste
 		ProxyCert: proxyCert, ProxyKey: proxyKey,
 		ClusterDNS: ClusterDNSIP, Registry: l.real.registryAddr, SandboxImage: l.real.sandboxImage,
 		CNIBin: l.real.tools.nodeBin, Runc: filepath.Join(l.real.tools.nodeBin, "runc"),
-		CgroupRoot: n.cg, Labels: nodeLabels, Taints: taints, Verbosity: 2,
+		SizeShown: !system, Labels: nodeLabels, Taints: taints, Verbosity: 2,
 	})
 	if err != nil {
 		return nil, err
@@ -194,8 +235,13 @@ func (l *Lab) startRealNode(ctx context.Context, spec NodeSpec, index int, syste
 	if err := realnode.WriteFiles(n.dir, files); err != nil {
 		return nil, err
 	}
+	cpus, memory := 0, uint64(0)
+	if !system {
+		cpus, memory = max(spec.InstanceType.VCPU, 1), uint64(max(spec.InstanceType.MemoryGiB, 1))<<30
+	}
 	cfg := realnode.Config{
 		Name: spec.Name, Dir: n.dir, LogDir: filepath.Join(l.cp.Dir(), "logs"), Sysfs: sysfs, Devices: devices,
+		CPUs: cpus, MemoryBytes: memory,
 		CgroupRoot: n.cg, Containerd: filepath.Join(l.real.tools.nodeBin, "containerd"),
 		Kubelet: l.real.tools.kubelet, KubeProxy: l.real.tools.proxy,
 		KubeletArgs: kubeletArgs, KubeProxyArgs: proxyArgs, ContainerdConfig: realnode.ContainerdConfigPath(n.dir),

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/kube-neuron/kube-neuron/internal/lab/realnode"
 )
 
 // Files a running lab keeps in its directory.
@@ -160,6 +162,11 @@ func Down(dir string) error {
 		_ = os.Remove(filepath.Join(dir, PIDFile))
 	}
 	errs = append(errs, StopFromState(dir))
+	// A lab killed with SIGKILL leaves its real nodes' cgroups (their processes died with the
+	// nodes' inits): remove those of every lab whose process is gone.
+	if err := realnode.RemoveStaleCgroups(20 * time.Second); err != nil && !errors.Is(err, realnode.ErrNoCgroups) {
+		errs = append(errs, err)
+	}
 	if data, err := os.ReadFile(filepath.Join(dir, "socket-dir")); err == nil {
 		if sd := strings.TrimSpace(string(data)); strings.HasPrefix(sd, "/tmp/kn-") {
 			errs = append(errs, os.RemoveAll(sd))

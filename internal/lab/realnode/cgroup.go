@@ -15,8 +15,37 @@ import (
 )
 
 // CgroupPrefix is the cgroup under which every lab keeps its real nodes' cgroups:
-// /kube-neuron-lab/<lab>/<node> in every hierarchy.
+// /kube-neuron-lab/<lab>-<pid>/<node> in every hierarchy, where pid is the lab's process.
 const CgroupPrefix = "/kube-neuron-lab"
+
+// RemoveStaleCgroups removes the cgroups of every lab whose process (the pid that ends the
+// lab's name) is gone, and CgroupPrefix once no lab uses it.
+func RemoveStaleCgroups(timeout time.Duration) error {
+	hier, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	stale := map[string]bool{}
+	for _, h := range hier {
+		entries, _ := os.ReadDir(filepath.Join(h, CgroupPrefix))
+		for _, e := range entries {
+			i := strings.LastIndexByte(e.Name(), '-')
+			pid, err := strconv.Atoi(e.Name()[i+1:])
+			if !e.IsDir() || i < 0 || err != nil {
+				continue
+			}
+			if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err != nil {
+				stale[e.Name()] = true
+			}
+		}
+	}
+	var errs []error
+	for name := range stale {
+		errs = append(errs, RemoveCgroups(CgroupPrefix+"/"+name, timeout))
+	}
+	RemoveEmptyPrefix()
+	return errors.Join(errs...)
+}
 
 // CreateCgroups creates root and root/system in every cgroup hierarchy (the kubelet's
 // cgroupRoot must exist in each). In the cpuset hierarchy a new cgroup has no CPUs and no memory

@@ -34,8 +34,13 @@ type Config struct {
 	Sysfs string `json:"sysfs,omitempty"`
 	// Devices is the number of /dev/neuronN device nodes.
 	Devices int `json:"devices"`
-	// CgroupRoot is the node's cgroup in every hierarchy (/kube-neuron-lab/<lab>/<node>): the
-	// kubelet's cgroupRoot, with the node's daemons in <CgroupRoot>/system.
+	// CPUs and MemoryBytes are the size the node reports (its instance type's vCPUs and memory),
+	// through the node's view of /sys/devices/system/cpu, node0 and /proc/meminfo; 0 reports the
+	// host's. The node's pods share the host's CPUs and memory whatever it reports.
+	CPUs        int    `json:"cpus,omitempty"`
+	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
+	// CgroupRoot is the node's cgroup in every hierarchy (/kube-neuron-lab/<lab>/<node>), the root
+	// of the node's cgroup namespace: its daemons run in <CgroupRoot>/system, its pods beside.
 	CgroupRoot string `json:"cgroupRoot"`
 	// Containerd, Kubelet, KubeProxy are the binaries; PATH gets the directory of Containerd
 	// (containerd-shim-runc-v2 and runc are found there).

@@ -34,8 +34,12 @@ type FileOptions struct {
 	SandboxImage string
 	// CNIBin holds the bridge, host-local, loopback and portmap plugins; Runc is runc.
 	CNIBin, Runc string
-	// CgroupRoot is the kubelet's cgroupRoot.
-	CgroupRoot string
+	// SizeShown says the node shows its instance type's CPUs (Config.CPUs). The kubelet then
+	// runs without QoS cgroups (cgroupsPerQOS: false): on cgroup v1 it would otherwise write every
+	// CPU it counts into the cpuset of its kubepods cgroup, which the kernel refuses for CPUs the
+	// host lacks. The pods' cgroups are then containerd's, /k8s.io/<id> in the node's cgroup
+	// namespace.
+	SizeShown bool
 	// Labels and Taints the kubelet registers the node with.
 	Labels map[string]string
 	Taints []corev1.Taint
@@ -104,8 +108,7 @@ func Files(o FileOptions) (files map[string][]byte, kubeletArgs, proxyArgs []str
 		// The machines of the lab run cgroup v1 (hybrid); the kubelet refuses it unless told.
 		"failCgroupV1":       false,
 		"cgroupDriver":       "cgroupfs",
-		"cgroupRoot":         o.CgroupRoot,
-		"cgroupsPerQOS":      true,
+		"cgroupsPerQOS":      !o.SizeShown,
 		"address":            o.NodeIP,
 		"port":               10250,
 		"readOnlyPort":       0,
@@ -131,6 +134,9 @@ func Files(o FileOptions) (files map[string][]byte, kubeletArgs, proxyArgs []str
 		"volumePluginDir":             "/" + volumePluginDir,
 		"registerWithTaints":          taints,
 		"maxPods":                     110,
+	}
+	if o.SizeShown {
+		kubelet["enforceNodeAllocatable"] = []string{}
 	}
 	data, err := yaml.Marshal(kubelet)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -41,15 +42,18 @@ func RunInit(ctx context.Context, configPath string, network io.Reader) error {
 	if err != nil {
 		return err
 	}
+	if os.Getenv(stageEnv) != "2" {
+		return enterCgroupNamespace(c)
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGCHLD, unix.SIGHUP, unix.SIGTERM, unix.SIGINT)
 	if err := unix.Sethostname([]byte(c.Name)); err != nil {
 		return fmt.Errorf("set the hostname: %w", err)
 	}
-	if err := joinCgroup(c.CgroupRoot); err != nil {
-		return err
-	}
 	if err := setupMounts(c); err != nil {
+		return fmt.Errorf("node %s: %w", c.Name, err)
+	}
+	if err := joinSystemCgroup(); err != nil {
 		return fmt.Errorf("node %s: %w", c.Name, err)
 	}
 	logger.Info("Node file systems ready; waiting for the network", "node", c.Name)
@@ -207,11 +211,16 @@ func waitForSocket(ctx context.Context, path string, timeout time.Duration) erro
 	}
 }
 
-// joinCgroup creates root and root/system in every cgroup hierarchy (CreateCgroups) and moves
-// the node init into root/system, so every daemon of the node is accounted to the node, and
-// the host side can end and remove all of it.
-func joinCgroup(root string) error {
-	if err := CreateCgroups(root); err != nil {
+// stageEnv marks the node init once it runs in the node's cgroup namespace.
+const stageEnv = "KUBE_NEURON_NODE_INIT_STAGE"
+
+// enterCgroupNamespace creates the node's cgroup (CreateCgroups), moves the node init into it,
+// and executes the node init again in a new cgroup namespace, rooted there: the node's programs
+// see its cgroup as the root of every hierarchy, as in a node container, so the kubelet's
+// kubepods, containerd's and runc's cgroups all stay inside it. The process keeps its pid (1 of
+// the node's PID namespace) and its file descriptors (the network pipe).
+func enterCgroupNamespace(c Config) error {
+	if err := CreateCgroups(c.CgroupRoot); err != nil {
 		return err
 	}
 	hier, err := hierarchies()
@@ -219,14 +228,39 @@ func joinCgroup(root string) error {
 		return err
 	}
 	for _, h := range hier {
-		if err := os.WriteFile(filepath.Join(h, root, "system", "cgroup.procs"), []byte("0"), 0o644); err != nil {
-			return fmt.Errorf("move the node init into %s: %w", filepath.Join(h, root, "system"), err)
+		if err := os.WriteFile(filepath.Join(h, c.CgroupRoot, "cgroup.procs"), []byte("0"), 0o644); err != nil {
+			return fmt.Errorf("move the node init into %s: %w", filepath.Join(h, c.CgroupRoot), err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	// The new namespace is the calling thread's; execve keeps only that thread.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("a cgroup namespace for the node: %w", err)
+	}
+	return unix.Exec(self, os.Args, append(os.Environ(), stageEnv+"=2"))
+}
+
+// joinSystemCgroup moves the node init (and so the daemons it starts) into /system of the
+// node's cgroup in every hierarchy, beside the pods' cgroups.
+func joinSystemCgroup() error {
+	hier, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	for _, h := range hier {
+		if err := os.WriteFile(filepath.Join(h, "system", "cgroup.procs"), []byte("0"), 0o644); err != nil {
+			return fmt.Errorf("move the node init into %s: %w", filepath.Join(h, "system"), err)
 		}
 	}
 	return nil
 }
 
-var errNoHierarchy = errors.New("no cgroup hierarchy is mounted under /sys/fs/cgroup")
+// ErrNoCgroups says no cgroup hierarchy is mounted under /sys/fs/cgroup.
+var ErrNoCgroups = errors.New("no cgroup hierarchy is mounted under /sys/fs/cgroup")
 
 // hierarchies lists the mounted cgroup hierarchies (v1 controllers, name=systemd, the v2
 // unified one), from /proc/self/mountinfo.
@@ -251,7 +285,7 @@ func hierarchies() ([]string, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, errNoHierarchy
+		return nil, ErrNoCgroups
 	}
 	return out, nil
 }

@@ -24,6 +24,8 @@ import (
 //   - /sys, a sysfs of the node's network namespace with the host's cgroup hierarchies and the
 //     simulated Neuron tree merged in (mergeSysfs);
 //   - /dev, a tmpfs with the host's device nodes, its own devpts and /dev/neuron0..N-1;
+//   - with Config.CPUs and MemoryBytes, the instance type's size in /sys/devices/system and
+//     /proc/meminfo;
 //   - /opt/aws/neuron, the simulated tree's (logical_nc_config).
 func setupMounts(c Config) error {
 	if err := checkPaths(c); err != nil {
@@ -63,8 +65,13 @@ func setupMounts(c Config) error {
 			}
 		}
 	}
-	if err := mountSysfs(c.Sysfs); err != nil {
+	if err := mountSysfs(c.Sysfs, c.CPUs); err != nil {
 		return err
+	}
+	if c.MemoryBytes > 0 {
+		if err := mountMeminfo(c.MemoryBytes); err != nil {
+			return err
+		}
 	}
 	return mountDev(c.Devices)
 }
@@ -109,9 +116,10 @@ func prepareVar(dir string) error {
 var sysfsMerges = []string{"devices/virtual", "class", "module", "bus/pci/devices"}
 
 // mountSysfs mounts a sysfs of the node's network namespace on /sys (so /sys/class/net shows
-// the node's interfaces), binds the host's cgroup hierarchies into it, and merges the
-// simulated tree's entries into sysfsMerges.
-func mountSysfs(sim string) error {
+// the node's interfaces), binds the host's cgroup hierarchies into it, merges the simulated
+// tree's entries into sysfsMerges and, with cpus > 0, shows that many CPUs in
+// /sys/devices/system (machineTree).
+func mountSysfs(sim string, cpus int) error {
 	stage := "/run/kube-neuron-lab/sys"
 	if err := os.MkdirAll(stage, 0o755); err != nil {
 		return err
@@ -119,33 +127,149 @@ func mountSysfs(sim string) error {
 	if err := unix.Mount("sysfs", stage, "sysfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount sysfs: %w", err)
 	}
-	if err := unix.Mount("/sys/fs/cgroup", filepath.Join(stage, "fs", "cgroup"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("bind the cgroup hierarchies: %w", err)
+	if err := mountCgroups(filepath.Join(stage, "fs", "cgroup")); err != nil {
+		return err
 	}
+	var merges []struct{ rel, src string }
 	if sim != "" {
-		for i, rel := range sysfsMerges {
-			simDir := filepath.Join(sim, "sys", rel)
-			if _, err := os.Stat(simDir); err != nil {
-				continue
-			}
-			tmp := filepath.Join("/run/kube-neuron-lab/merge", strconv.Itoa(i))
-			if err := os.MkdirAll(tmp, 0o755); err != nil {
-				return err
-			}
-			if err := unix.Mount("tmpfs", tmp, "tmpfs", 0, "mode=0755"); err != nil {
-				return fmt.Errorf("mount a tmpfs to merge /sys/%s: %w", rel, err)
-			}
-			target := filepath.Join(stage, rel)
-			if err := merge(tmp, target, simDir); err != nil {
-				return fmt.Errorf("merge the simulated /sys/%s: %w", rel, err)
-			}
-			if err := unix.Mount(tmp, target, "", unix.MS_MOVE, ""); err != nil {
-				return fmt.Errorf("move the merged /sys/%s into place: %w", rel, err)
-			}
+		for _, rel := range sysfsMerges {
+			merges = append(merges, struct{ rel, src string }{rel, filepath.Join(sim, "sys", rel)})
+		}
+	}
+	if cpus > 0 {
+		machine := "/run/kube-neuron-lab/machine"
+		if err := machineTree(machine, stage, cpus); err != nil {
+			return fmt.Errorf("the node's CPUs: %w", err)
+		}
+		for _, rel := range []string{"devices/system/cpu", "devices/system/node/node0"} {
+			merges = append(merges, struct{ rel, src string }{rel, filepath.Join(machine, rel)})
+		}
+	}
+	for i, m := range merges {
+		if _, err := os.Stat(m.src); err != nil {
+			continue
+		}
+		tmp := filepath.Join("/run/kube-neuron-lab/merge", strconv.Itoa(i))
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", tmp, "tmpfs", 0, "mode=0755"); err != nil {
+			return fmt.Errorf("mount a tmpfs to merge /sys/%s: %w", m.rel, err)
+		}
+		target := filepath.Join(stage, m.rel)
+		if err := merge(tmp, target, m.src); err != nil {
+			return fmt.Errorf("merge into /sys/%s: %w", m.rel, err)
+		}
+		if err := unix.Mount(tmp, target, "", unix.MS_MOVE, ""); err != nil {
+			return fmt.Errorf("move the merged /sys/%s into place: %w", m.rel, err)
 		}
 	}
 	if err := unix.Mount(stage, "/sys", "", unix.MS_MOVE, ""); err != nil {
 		return fmt.Errorf("move the node's sysfs onto /sys: %w", err)
+	}
+	return nil
+}
+
+// mountCgroups mounts at dir every cgroup hierarchy the host has, mounted again from inside the
+// node's cgroup namespace: each shows the node's cgroup as its root.
+func mountCgroups(dir string) error {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755"); err != nil {
+		return fmt.Errorf("mount a tmpfs for the cgroup hierarchies: %w", err)
+	}
+	n := 0
+	for line := range strings.SplitSeq(string(data), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 || !strings.HasPrefix(f[4], "/sys/fs/cgroup/") {
+			continue
+		}
+		target := filepath.Join(dir, strings.TrimPrefix(f[4], "/sys/fs/cgroup/"))
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return err
+		}
+		var opts []string
+		for _, o := range strings.Split(g[2], ",") {
+			if o != "rw" && o != "ro" {
+				opts = append(opts, o)
+			}
+		}
+		if err := unix.Mount(g[1], target, g[0], unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, strings.Join(opts, ",")); err != nil {
+			return fmt.Errorf("mount the %s cgroup hierarchy (%s) in the node: %w", g[0], strings.Join(opts, ","), err)
+		}
+		n++
+	}
+	if n == 0 {
+		return ErrNoCgroups
+	}
+	return nil
+}
+
+// machineTree writes under dir the sysfs entries of a machine of cpus CPUs that the host lacks:
+// devices/system/cpu/cpuN/topology (one core per CPU, one package) for the CPUs beyond the
+// host's, the online, possible and present lists, and node0's links to them. The kubelet reads
+// its CPU capacity from there (cAdvisor's topology).
+func machineTree(dir, sysfs string, cpus int) error {
+	cpuDir := filepath.Join(dir, "devices", "system", "cpu")
+	nodeDir := filepath.Join(dir, "devices", "system", "node", "node0")
+	for _, d := range []string{cpuDir, nodeDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	for i := range cpus {
+		name := "cpu" + strconv.Itoa(i)
+		if _, err := os.Stat(filepath.Join(sysfs, "devices", "system", "cpu", name)); err == nil {
+			continue // the host's own
+		}
+		topo := filepath.Join(cpuDir, name, "topology")
+		if err := os.MkdirAll(topo, 0o755); err != nil {
+			return err
+		}
+		for f, v := range map[string]string{"core_id": strconv.Itoa(i), "physical_package_id": "0", "thread_siblings_list": strconv.Itoa(i), "core_siblings_list": fmt.Sprintf("0-%d", cpus-1)} {
+			if err := os.WriteFile(filepath.Join(topo, f), []byte(v+"\n"), 0o444); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(cpuDir, name, "online"), []byte("1\n"), 0o444); err != nil {
+			return err
+		}
+		if err := os.Symlink("../../cpu/"+name, filepath.Join(nodeDir, name)); err != nil {
+			return err
+		}
+	}
+	all := fmt.Sprintf("0-%d\n", cpus-1)
+	for _, f := range []string{"online", "possible", "present"} {
+		if err := os.WriteFile(filepath.Join(cpuDir, f), []byte(all), 0o444); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(nodeDir, "cpulist"), []byte(all), 0o444)
+}
+
+// mountMeminfo shows a MemTotal of bytes in the node's /proc/meminfo (the kubelet's memory
+// capacity); the other lines stay the host's.
+func mountMeminfo(bytes uint64) error {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	for line := range strings.SplitSeq(strings.TrimRight(string(data), "\n"), "\n") {
+		if strings.HasPrefix(line, "MemTotal:") {
+			line = fmt.Sprintf("MemTotal:       %d kB", bytes/1024)
+		}
+		b.WriteString(line + "\n")
+	}
+	path := "/run/kube-neuron-lab/meminfo"
+	if err := os.WriteFile(path, []byte(b.String()), 0o444); err != nil {
+		return err
+	}
+	if err := unix.Mount(path, "/proc/meminfo", "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind the node's meminfo: %w", err)
 	}
 	return nil
 }

@@ -37,6 +37,10 @@ var helmOnce = sync.OnceValues(func() (string, error) {
 	return lines[len(lines)-1], nil
 })
 
+// HelmPath returns the pinned helm binary ($KUBE_NEURON_HELM, or the one hack/helm/build.sh
+// builds).
+func HelmPath() (string, error) { return helmOnce() }
+
 // HelmTemplate runs `helm template <release> <chart> --namespace <ns> --set ...` with the pinned
 // helm ($KUBE_NEURON_HELM, or the one hack/helm/build.sh builds) and returns its output, or
 // helm's error message. A set that starts with -- is passed as a flag of its own, e.g.

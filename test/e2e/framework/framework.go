@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-neuron/kube-neuron/internal/lab"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // FieldManager is the server-side apply field manager of the e2e tests.
@@ -61,7 +63,7 @@ func BinDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command(filepath.Join(root, "hack", "build-tools.sh"), "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+	cmd := exec.Command(filepath.Join(root, "hack", "build-tools.sh"), "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -100,9 +102,38 @@ func Main(m *testing.M, fleet *lab.FleetFile, components ...string) int {
 }
 
 // MainOptions is Main with more of the lab's options (AuditLog, AutoscalerArgs, Manifests); it
-// sets BinDir, Dir, ComponentBinDir and Verbosity itself and builds o.Components.
+// sets BinDir, Dir, ComponentBinDir and Verbosity itself and builds o.Components. A fleet with
+// real nodes also gets what they need (RealNodeOptions) and the chart, installed with helm.
 func MainOptions(m *testing.M, o lab.Options) int {
 	components := o.Components
+	real := false
+	if o.Fleet != nil {
+		cat := o.Catalog
+		if cat == nil {
+			cat = topology.DefaultCatalog()
+		}
+		specs, err := o.Fleet.Expand(cat)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: fleet:", err)
+			return 1
+		}
+		real = lab.HasRealNodes(specs)
+	}
+	if real {
+		if why := RealNodesSkipped(); why != "" {
+			fmt.Fprintln(os.Stderr, "e2e:", why)
+			return 0
+		}
+		if why := lab.RealNodesUnavailable(); why != "" {
+			fmt.Fprintf(os.Stderr, "e2e: the real-node tier cannot run here: %s. Run it as root on Linux with namespaces, or set KUBE_NEURON_REAL_NODES=0 to opt out of it.\n", why)
+			return 1
+		}
+		if err := RealNodeOptions(&o); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		components = append(slices.Clone(components), "neuron-lab")
+	}
 	binDir, err := BinDir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -152,6 +183,57 @@ func MainOptions(m *testing.M, o lab.Options) int {
 		fmt.Fprintf(os.Stderr, "e2e: tests failed; the lab's logs are in %s/logs\n", dir)
 	}
 	return code
+}
+
+// RealNodesSkipped says why the real-node tier does not run, "" when it does: only when
+// KUBE_NEURON_REAL_NODES=0 opts out of it.
+func RealNodesSkipped() string {
+	if os.Getenv("KUBE_NEURON_REAL_NODES") == "0" {
+		return "KUBE_NEURON_REAL_NODES=0: the real-node tier does not run (unset it to run it)"
+	}
+	return ""
+}
+
+// RealNodeOptions sets what real nodes need in o: the flags in $KUBE_NEURON_REAL_NODE_FLAGS
+// (make e2e passes them), or what hack/real-nodes.sh prints (it makes them the first time), and
+// the chart, installed with the pinned helm.
+func RealNodeOptions(o *lab.Options) error {
+	flags := os.Getenv("KUBE_NEURON_REAL_NODE_FLAGS")
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	if flags == "" {
+		cmd := exec.Command(filepath.Join(root, "hack", "real-nodes.sh"))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("hack/real-nodes.sh: %w", err)
+		}
+		flags = strings.TrimSpace(string(out))
+	}
+	f := strings.Fields(flags)
+	for i := 0; i+1 < len(f); i += 2 {
+		switch f[i] {
+		case "--node-bin-dir":
+			o.NodeBinDir = f[i+1]
+		case "--images-dir":
+			o.ImagesDir = f[i+1]
+		case "--lab-images-dir":
+			o.LabImagesDir = f[i+1]
+		}
+	}
+	if o.NodeBinDir == "" || o.ImagesDir == "" || o.LabImagesDir == "" {
+		return fmt.Errorf("real-node flags %q lack --node-bin-dir, --images-dir or --lab-images-dir (hack/real-nodes.sh prints them)", flags)
+	}
+	helm, err := helmOnce()
+	if err != nil {
+		return err
+	}
+	if o.Chart == nil {
+		o.Chart = &lab.ChartOptions{Helm: helm, Chart: filepath.Join(root, Chart), Wait: 4 * time.Minute}
+	}
+	return nil
 }
 
 // Context returns a context for a test, with a logger, cancelled at the end of the test.
