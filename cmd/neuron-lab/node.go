@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"os/signal"
 	"syscall"
 
@@ -18,7 +17,7 @@ func nodeInitCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return realnode.RunInit(ctx, config, os.NewFile(3, "network"))
+			return realnode.RunInit(ctx, config, 3)
 		}}
 	cmd.Flags().StringVar(&config, "config", "", "the node's configuration file (config.json in its directory)")
 	return cmd

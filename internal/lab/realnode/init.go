@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -31,12 +30,12 @@ type daemon struct {
 	started time.Time
 }
 
-// RunInit is the node init: it runs as the first process of the node's namespaces (Start
-// starts it), sets the node up, waits until the host has attached the node's network (a line on
-// network), then runs containerd, the kubelet and kube-proxy until ctx ends or SIGTERM comes.
+// RunInit is the node init: it runs as the first process of the node's namespaces (the lab
+// starts it), enters the node's cgroup namespace, sets the node up, waits until the host has
+// attached the node's network (a line on the descriptor networkFD), then runs containerd, the kubelet and kube-proxy until ctx ends or SIGTERM comes.
 // SIGHUP restarts the kubelet, as `systemctl restart kubelet` does. A daemon that exits is
 // started again after a second. Every orphan of the node (containerd's shims) is reaped here.
-func RunInit(ctx context.Context, configPath string, network io.Reader) error {
+func RunInit(ctx context.Context, configPath string, networkFD uintptr) error {
 	logger := klog.FromContext(ctx)
 	c, err := ReadConfig(configPath)
 	if err != nil {
@@ -57,6 +56,10 @@ func RunInit(ctx context.Context, configPath string, network io.Reader) error {
 		return fmt.Errorf("node %s: %w", c.Name, err)
 	}
 	logger.Info("Node file systems ready; waiting for the network", "node", c.Name)
+	// Opened only here: an *os.File of the first stage would close the descriptor when
+	// collected, before the second stage reads it.
+	network := os.NewFile(networkFD, "network")
+	defer network.Close()
 	if _, err := bufio.NewReader(network).ReadString('\n'); err != nil {
 		return fmt.Errorf("node %s: the host did not attach the network: %w", c.Name, err)
 	}
