@@ -46,7 +46,8 @@ var Examples = [][]string{
 }
 
 // Fleet is the demo's fleet: every example has a node it fits. trn2-a, the trn1.2xlarge nodes
-// and the UltraServer us-1 are served by the DRA driver.
+// and the UltraServer us-1 are served by the DRA driver. Where real nodes can run, inf2-a is one
+// (RealNode): seed 001's inf2-three-devices runs there in a real container.
 var Fleet = lab.FleetFile{Nodes: []lab.FleetEntry{
 	{Name: "inf1-a", InstanceType: "inf1.6xlarge"},
 	{Name: "inf2-a", InstanceType: "inf2.48xlarge"},
@@ -57,6 +58,33 @@ var Fleet = lab.FleetFile{Nodes: []lab.FleetEntry{
 	{Name: "trn1-s", InstanceType: "trn1.2xlarge", Mode: lab.ModeDRA, Count: 2},
 	{Name: "us-1", InstanceType: "trn2u.48xlarge", Mode: lab.ModeDRA, Count: 4, UltraServer: "us-1"},
 }}
+
+// RealNode is the demo's real node, where real nodes can run.
+const RealNode = "inf2-a"
+
+// fleet is Fleet, with RealNode a real node when real is set.
+func fleet(real bool) *lab.FleetFile {
+	f := lab.FleetFile{Nodes: slices.Clone(Fleet.Nodes)}
+	for i := range f.Nodes {
+		if real && f.Nodes[i].Name == RealNode {
+			f.Nodes[i].Kubelet = lab.KubeletReal
+		}
+	}
+	return &f
+}
+
+// realNodesSkipped says why the demo runs without its real node, "" when it has one.
+func realNodesSkipped(o lab.Options) string {
+	switch {
+	case os.Getenv("KUBE_NEURON_REAL_NODES") == "0":
+		return "KUBE_NEURON_REAL_NODES=0"
+	case lab.RealNodesUnavailable() != "":
+		return lab.RealNodesUnavailable()
+	case o.NodeBinDir == "":
+		return "no --node-bin-dir (make demo passes what hack/real-nodes.sh makes)"
+	}
+	return ""
+}
 
 // Options configure Run.
 type Options struct {
@@ -72,9 +100,15 @@ type Options struct {
 func Run(ctx context.Context, o Options) error {
 	out := o.Out
 	begin := time.Now()
-	fmt.Fprintf(out, "== Starting the lab: a real control plane on 127.0.0.1, simulated Neuron nodes, and %v (state in %s)\n", o.Lab.Components, o.Lab.Dir)
+	skipped := realNodesSkipped(o.Lab)
 	if o.Lab.Fleet == nil {
-		o.Lab.Fleet = &Fleet
+		o.Lab.Fleet = fleet(skipped == "")
+	}
+	if skipped == "" {
+		fmt.Fprintf(out, "== Starting the lab: a real control plane, simulated Neuron nodes and a real one (%s: kubelet v1.36.3, containerd, runc), the chart installed with helm (state in %s)\n", RealNode, o.Lab.Dir)
+	} else {
+		fmt.Fprintf(out, "== Starting the lab: a real control plane on 127.0.0.1, simulated Neuron nodes, and %v (state in %s)\n", o.Lab.Components, o.Lab.Dir)
+		fmt.Fprintf(out, "(no real node in this demo: %s; the rest runs as usual)\n", skipped)
 	}
 	l, err := lab.Start(ctx, o.Lab)
 	if err != nil {
@@ -119,12 +153,18 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	fmt.Fprintln(out, "\n== What every pod got (the device plugin's and the DRA driver's answers, as the simulated kubelet recorded them)")
+	fmt.Fprintln(out, "\n== What every pod got (the device plugin's and the DRA driver's answers: as the simulated kubelet recorded them, or as the container on a real node printed them)")
 	failing, err := prepareFailures(ctx, l)
 	if err != nil {
 		return err
 	}
-	printPods(out, pods, failing)
+	printed := printedOnRealNodes(ctx, l, pods)
+	printPods(out, pods, failing, printed)
+	if skipped == "" {
+		if err := realNodeAct(ctx, out, l, pods, printed); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintln(out, "\n== $ kubectl-neuron nodes   (usage derived from the pods' allocation records)")
 	var stderr strings.Builder
 	if code := cli.Main([]string{"nodes", "--kubeconfig", l.Kubeconfig()}, out, &stderr); code != 0 {
@@ -312,11 +352,18 @@ func envRow(name string, devices []string, env map[string]string) row {
 	return r
 }
 
-// rows returns one row per Neuron container and per claim of the pod, or one empty row.
-func rows(p corev1.Pod) []row {
+// rows returns one row per Neuron container and per claim of the pod, or one empty row. A pod
+// of a real node has no simulated kubelet's record: its containers' own output says what they
+// got (printed).
+func rows(p corev1.Pod, printed map[string]realnodeOutput) []row {
 	var a lab.PodAllocations
 	_ = json.Unmarshal([]byte(p.Annotations[lab.AllocationsAnnotation]), &a)
 	var out []row
+	for _, c := range p.Spec.Containers {
+		if got, ok := printed[p.Name+"/"+c.Name]; ok {
+			out = append(out, envRow(p.Name+"/"+c.Name, got.devices, got.neuronEnv()))
+		}
+	}
 	for _, c := range a.Containers {
 		var devices []string
 		for _, r := range c.Resources {
@@ -349,7 +396,7 @@ func compactDevices(paths []string) string {
 	return "/dev/neuron[" + topology.FormatList(ids) + "]"
 }
 
-func printPods(out io.Writer, pods []corev1.Pod, failing map[string]string) {
+func printPods(out io.Writer, pods []corev1.Pod, failing map[string]string, printed map[string]realnodeOutput) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "POD/CONTAINER\tNODE\tPHASE\tDEVICE NODES\tCORES\tENV (id lists shortened)")
 	for _, p := range pods {
@@ -357,7 +404,7 @@ func printPods(out io.Writer, pods []corev1.Pod, failing map[string]string) {
 		if p.Status.Reason != "" {
 			phase += " (" + p.Status.Reason + ")"
 		}
-		for _, r := range rows(p) {
+		for _, r := range rows(p, printed) {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.name, dash(p.Spec.NodeName), phase, dash(r.devices), dash(r.cores), dash(r.env))
 		}
 	}

@@ -121,7 +121,7 @@ func TestClusterDNSAndServices(t *testing.T) {
 		t.Errorf("example.com resolved to %v: the lab's DNS must not answer for names outside the cluster", addrs)
 	}
 
-	ns := framework.CreateNamespace(t, ctx)
+	ns := newNamespace(t, ctx)
 	framework.Apply(t, ctx, "examples/extender/trn1-four-devices.yaml", ns)
 	pod := framework.WaitForPod(t, ctx, ns, "trn1-four-devices", corev1.PodRunning, 90*time.Second)
 	if pod.Spec.SchedulerName != "my-scheduler" || pod.Spec.NodeName != trn1Node {

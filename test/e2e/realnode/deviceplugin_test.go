@@ -29,7 +29,7 @@ const (
 // container prints is its record; seven devices on a torus stay Pending with the seeds' message.
 func TestExtenderSeedsOnRealNodes(t *testing.T) {
 	ctx := framework.Context(t)
-	ns := framework.CreateNamespace(t, ctx)
+	ns := newNamespace(t, ctx)
 	for _, f := range []string{"inf2-three-devices", "trn1-four-devices", "trn1-eight-devices"} {
 		framework.Apply(t, ctx, filepath.Join("examples", "extender", f+".yaml"), ns)
 	}
@@ -69,7 +69,7 @@ func TestExtenderSeedsOnRealNodes(t *testing.T) {
 // recorded for it.
 func TestDevicePluginExamplesOnRealNodes(t *testing.T) {
 	ctx := framework.Context(t)
-	ns := framework.CreateNamespace(t, ctx)
+	ns := newNamespace(t, ctx)
 	files, _ := filepath.Glob(filepath.Join(repoRoot(t), "examples", "device-plugin", "*.yaml"))
 	if len(files) < 4 {
 		t.Fatalf("examples/device-plugin has %d files", len(files))
@@ -93,7 +93,7 @@ func TestDevicePluginExamplesOnRealNodes(t *testing.T) {
 // directory), and a new pod gets other devices.
 func TestKubeletRestartKeepsDevices(t *testing.T) {
 	ctx := framework.Context(t)
-	ns := framework.CreateNamespace(t, ctx)
+	ns := newNamespace(t, ctx)
 	framework.Apply(t, ctx, "examples/extender/trn1-four-devices.yaml", ns)
 	before := checkRecordRuns(t, ctx, ns, "trn1-four-devices")
 	id := containerID(t, ctx, ns, "trn1-four-devices")
@@ -134,7 +134,7 @@ func TestKubeletRestartKeepsDevices(t *testing.T) {
 // new pod gets other ones.
 func TestDevicePluginPodRestart(t *testing.T) {
 	ctx := framework.Context(t)
-	ns := framework.CreateNamespace(t, ctx)
+	ns := newNamespace(t, ctx)
 	framework.Apply(t, ctx, "examples/extender/trn1-four-devices.yaml", ns)
 	before := checkRecordRuns(t, ctx, ns, "trn1-four-devices")
 	id := containerID(t, ctx, ns, "trn1-four-devices")

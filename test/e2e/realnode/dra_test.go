@@ -84,7 +84,7 @@ func checkClaimRuns(t *testing.T, ctx context.Context, ns, name, container strin
 // driver's CDI spec. The trn1.2xlarge example runs on the simulated node beside it.
 func TestDRAExamplesOnRealNodes(t *testing.T) {
 	ctx := framework.Context(t)
-	ns := framework.CreateNamespace(t, ctx)
+	ns := newNamespace(t, ctx)
 	framework.EnsureDeviceClass(t, ctx)
 	framework.Apply(t, ctx, "examples/dra/1x4-connected-neurons.yaml", ns)
 	ids := checkClaimRuns(t, ctx, ns, "pod-1x4-connected", "ctr0", 2)
@@ -114,7 +114,7 @@ func TestDRAExamplesOnRealNodes(t *testing.T) {
 // container and a new claim is prepared by the new pod.
 func TestDRADriverPodRestart(t *testing.T) {
 	ctx := framework.Context(t)
-	ns := framework.CreateNamespace(t, ctx)
+	ns := newNamespace(t, ctx)
 	framework.EnsureDeviceClass(t, ctx)
 	framework.Apply(t, ctx, "examples/dra/1x4-connected-neurons.yaml", ns)
 	before := checkClaimRuns(t, ctx, ns, "pod-1x4-connected", "ctr0", 2)
@@ -150,7 +150,7 @@ func TestDRADriverPodRestart(t *testing.T) {
 // registers, and then it goes, and its devices are free again.
 func TestClaimPodDeletedWhileDriverRestarts(t *testing.T) {
 	ctx := framework.Context(t)
-	ns := framework.CreateNamespace(t, ctx)
+	ns := newNamespace(t, ctx)
 	framework.EnsureDeviceClass(t, ctx)
 	framework.Apply(t, ctx, "examples/dra/1x4-connected-neurons.yaml", ns)
 	checkClaimRuns(t, ctx, ns, "pod-1x4-connected", "ctr0", 2)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
-	"github.com/kube-neuron/kube-neuron/test/images/stand-in/report"
+	"github.com/kube-neuron/kube-neuron/internal/lab/standin"
 )
 
 // printed is what the stand-in workload of one container printed: its environment and the
@@ -36,7 +36,7 @@ func logsOf(t *testing.T, ctx context.Context, pod *corev1.Pod, container string
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		env, devices, ok := report.Parse(string(raw))
+		env, devices, ok := standin.Parse(string(raw))
 		p = printed{env: env, devices: devices}
 		return ok, string(raw), nil
 	})
@@ -173,3 +173,36 @@ const (
 	draDriverPods    = "app=neuron-dra-driver-kubelet-plugin"
 	draNamespace     = "neuron-dra-driver"
 )
+
+// newNamespace makes a namespace for the test; when the test ends its pods are deleted and
+// waited for, and the real device-plugin nodes advertise all their devices again, so the next
+// test starts on empty nodes (a real kubelet reports allocatable every 10 s: a pod placed on a
+// stale view fails at admission, see docs/device-plugin.md).
+func newNamespace(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	ns := framework.CreateNamespace(t, ctx)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c := framework.L.Client()
+		if err := c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			t.Errorf("deleting the pods of %s: %v", ns, err)
+			return
+		}
+		framework.WaitFor(t, ctx, 2*time.Minute, "the pods and claims of "+ns+" to be gone", func(ctx context.Context) (bool, string, error) {
+			pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			claims, err := c.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			return len(pods.Items)+len(claims.Items) == 0, fmt.Sprintf("%d pods, %d claims", len(pods.Items), len(claims.Items)), nil
+		})
+		for node, devices := range map[string]int64{inf2Node: 12, trn1Node: 16} {
+			waitAllocatable(t, ctx, node, neuronRes, devices, time.Minute)
+		}
+	})
+	return ns
+}

@@ -13,13 +13,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/kube-neuron/kube-neuron/test/images/stand-in/report"
+	"github.com/kube-neuron/kube-neuron/internal/lab/standin"
 )
 
 func main() {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	if _, err := os.Stdout.WriteString(report.Text(os.Environ(), report.DeviceNodes("/dev"))); err != nil {
+	if _, err := os.Stdout.WriteString(standin.Text(os.Environ(), standin.DeviceNodes("/dev"))); err != nil {
 		fmt.Fprintln(os.Stderr, "stand-in:", err)
 	}
 	<-sigs

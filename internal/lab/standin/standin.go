@@ -1,6 +1,6 @@
-// Package report is what the lab's stand-in workload prints: its environment and the Neuron
+// Package standin is what the lab's stand-in workload prints: its environment and the Neuron
 // device nodes it sees.
-package report
+package standin
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package report
+package standin
 
 import (
 	"os"
