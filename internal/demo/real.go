@@ -11,8 +11,8 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/lab"
-	"github.com/kube-neuron/kube-neuron/internal/topology"
 	"github.com/kube-neuron/kube-neuron/internal/lab/standin"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // realnodeOutput is what the stand-in workload of a container on a real node printed.

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
-	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
 	"github.com/kube-neuron/kube-neuron/internal/lab/standin"
+	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
 )
 
 // printed is what the stand-in workload of one container printed: its environment and the
