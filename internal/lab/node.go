@@ -54,8 +54,14 @@ type SimNode struct {
 
 	podRes   *grpc.Server
 	statusMu sync.Mutex
-	cancel   context.CancelFunc
-	done     sync.WaitGroup
+	// statusEvery is how often the node posts its device plugins' capacity and allocatable once
+	// each resource has been posted (SimulatorOptions.StatusUpdateFrequency); posted says which
+	// were; dirty, that one changed since the last post.
+	statusEvery time.Duration
+	posted      map[string]bool
+	dirty       bool
+	cancel      context.CancelFunc
+	done        sync.WaitGroup
 }
 
 // SysfsRoot is the root of the node's simulated sysfs tree (the --sysfs-root of its components).
@@ -103,8 +109,8 @@ func (n *SimNode) Registered(resource string) bool { return n.dm.Registered(reso
 // DRADrivers returns the DRA drivers registered with the simulated kubelet.
 func (n *SimNode) DRADrivers() []string { return n.dra.Drivers() }
 
-func newSimNode(spec NodeSpec, client kubernetes.Interface, root, socketDir string) (*SimNode, error) {
-	n := &SimNode{Spec: spec, client: client, root: root, socketDir: socketDir}
+func newSimNode(spec NodeSpec, client kubernetes.Interface, root, socketDir string, statusEvery time.Duration) (*SimNode, error) {
+	n := &SimNode{Spec: spec, client: client, root: root, socketDir: socketDir, statusEvery: statusEvery, posted: map[string]bool{}}
 	for _, d := range []string{n.DevicePluginDir(), n.RegistryDir(), n.PluginsDir(), n.CDIDir(), filepath.Dir(n.PodResourcesSocket())} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -243,6 +249,9 @@ func (n *SimNode) start(ctx context.Context, pods *podWorker) error {
 	go func() { _ = n.podRes.Serve(lis) }()
 	ctx, n.cancel = context.WithCancel(ctx)
 	n.pods = pods
+	if n.statusEvery > 0 {
+		n.done.Go(func() { n.postStatusEvery(ctx) })
+	}
 	n.done.Add(2)
 	go func() {
 		defer n.done.Done()
@@ -318,12 +327,51 @@ func (n *SimNode) renewLease(ctx context.Context, nodeUID types.UID) error {
 	return err
 }
 
+// syncStatusAsync is the device manager's callback when a plugin's devices change. A resource
+// the node has not reported yet is posted at once (nodes come up fast); later changes wait for
+// the next status tick, as the real kubelet posts its status every nodeStatusUpdateFrequency
+// (10 s): until then the scheduler sees the old allocatable, as it does on a real node.
 func (n *SimNode) syncStatusAsync() {
+	n.statusMu.Lock()
+	fresh := n.statusEvery <= 0
+	for name := range n.dm.Resources() {
+		if !n.posted[name] {
+			fresh = true
+		}
+	}
+	if !fresh {
+		n.dirty = true
+	}
+	n.statusMu.Unlock()
+	if !fresh {
+		return
+	}
 	go func() {
 		if err := n.syncStatus(context.Background()); err != nil {
 			klog.Background().Error(err, "Updating node capacity", "node", n.Spec.Name)
 		}
 	}()
+}
+
+// postStatusEvery posts a changed capacity and allocatable every statusEvery until ctx ends.
+func (n *SimNode) postStatusEvery(ctx context.Context) {
+	t := time.NewTicker(n.statusEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.statusMu.Lock()
+		dirty := n.dirty
+		n.statusMu.Unlock()
+		if dirty {
+			if err := n.syncStatus(ctx); err != nil && ctx.Err() == nil {
+				klog.FromContext(ctx).Error(err, "Updating node capacity")
+			}
+		}
+	}
 }
 
 // syncStatus writes the device plugins' resources into the node's capacity and allocatable.
@@ -348,8 +396,14 @@ func (n *SimNode) syncStatus(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = n.client.CoreV1().Nodes().PatchStatus(ctx, n.Spec.Name, patch)
-	return err
+	if _, err = n.client.CoreV1().Nodes().PatchStatus(ctx, n.Spec.Name, patch); err != nil {
+		return err
+	}
+	n.dirty = false
+	for _, name := range names {
+		n.posted[name] = true
+	}
+	return nil
 }
 
 // networkNodes are the EC2 instance topology network nodes (layers 1 to 3) that EKS labels nodes

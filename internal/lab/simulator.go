@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,7 +32,14 @@ type SimulatorOptions struct {
 	// SocketDir holds each node's sockets under SocketDir/<name>; it must be short, Unix sockets
 	// allow 108 bytes (for example a directory made with os.MkdirTemp("/tmp", "kn-")).
 	SocketDir string
+	// StatusUpdateFrequency is how often a node posts changes of its device plugins' capacity
+	// and allocatable, as the kubelet's nodeStatusUpdateFrequency; 0 means DefaultStatusUpdateFrequency,
+	// a negative value posts every change at once.
+	StatusUpdateFrequency time.Duration
 }
+
+// DefaultStatusUpdateFrequency is the kubelet's default nodeStatusUpdateFrequency.
+const DefaultStatusUpdateFrequency = 10 * time.Second
 
 // Simulator runs simulated Neuron nodes against a real API server.
 type Simulator struct {
@@ -90,7 +98,11 @@ func (s *Simulator) AddNode(ctx context.Context, spec NodeSpec) (*SimNode, error
 		return nil, fmt.Errorf("node %s is already simulated", spec.Name)
 	}
 	s.mu.Unlock()
-	n, err := newSimNode(spec, s.opts.Client, filepath.Join(s.opts.Dir, "nodes", spec.Name), filepath.Join(s.opts.SocketDir, spec.Name))
+	every := s.opts.StatusUpdateFrequency
+	if every == 0 {
+		every = DefaultStatusUpdateFrequency
+	}
+	n, err := newSimNode(spec, s.opts.Client, filepath.Join(s.opts.Dir, "nodes", spec.Name), filepath.Join(s.opts.SocketDir, spec.Name), every)
 	if err != nil {
 		return nil, err
 	}

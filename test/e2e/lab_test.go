@@ -209,9 +209,10 @@ func TestDevicePluginHandshake(t *testing.T) {
 		t.Errorf("allocation %+v: want the preferred ids 3,2 with the plugin's env and device", r)
 	}
 
-	// A device turning unhealthy leaves allocatable; capacity stays.
+	// A device turning unhealthy leaves allocatable; capacity stays. The node posts the change
+	// at its next status update (every 10 s, as a kubelet does).
 	p.setHealth("0", pluginapi.Unhealthy)
-	framework.WaitFor(t, ctx, 10*time.Second, "allocatable widgets to drop to 3", func(ctx context.Context) (bool, string, error) {
+	framework.WaitFor(t, ctx, 25*time.Second, "allocatable widgets to drop to 3", func(ctx context.Context) (bool, string, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, "inf2-a", metav1.GetOptions{})
 		if err != nil {
 			return false, "", err

@@ -48,9 +48,11 @@ func allocatable(t *testing.T, ctx context.Context, node string) map[string]int6
 	return out
 }
 
+// waitAllocatable waits for the node's allocatable; a change reaches the node's status at its
+// next status update (every 10 s, as a kubelet's).
 func waitAllocatable(t *testing.T, ctx context.Context, node string, want map[string]int64) {
 	t.Helper()
-	framework.WaitFor(t, ctx, 15*time.Second, fmt.Sprintf("node %s allocatable %v", node, want), func(ctx context.Context) (bool, string, error) {
+	framework.WaitFor(t, ctx, 30*time.Second, fmt.Sprintf("node %s allocatable %v", node, want), func(ctx context.Context) (bool, string, error) {
 		got := allocatable(t, ctx, node)
 		for k, v := range want {
 			if got[k] != v {
