@@ -476,15 +476,19 @@ func (m *kubeletModel) refuse(name string, err error) error {
 }
 
 // podResources is what the kubelet's PodResources API shows.
+// podResources is the kubelet's PodResources answer, in its shape: a container's ids as one
+// entry per id, in any order.
 func (m *kubeletModel) podResources() []*podresv1.PodResources {
 	var podRes []*podresv1.PodResources
 	for _, name := range sortedKeys(m.admitted) {
 		pr := &podresv1.PodResources{Namespace: "ns", Name: name}
 		for i, ids := range m.admitted[name] {
 			c := m.pods[name][i]
-			pr.Containers = append(pr.Containers, &podresv1.ContainerResources{
-				Name: c.name, Devices: []*podresv1.ContainerDevices{{ResourceName: c.res, DeviceIds: ids}},
-			})
+			cr := &podresv1.ContainerResources{Name: c.name}
+			for _, j := range m.rng.Perm(len(ids)) {
+				cr.Devices = append(cr.Devices, &podresv1.ContainerDevices{ResourceName: c.res, DeviceIds: []string{ids[j]}})
+			}
+			pr.Containers = append(pr.Containers, cr)
 		}
 		podRes = append(podRes, pr)
 	}
@@ -494,7 +498,7 @@ func (m *kubeletModel) podResources() []*podresv1.PodResources {
 // refresh is the plugin's refresh with the kubelet's PodResources, after which the kubelet sees
 // the pool's new health.
 func (m *kubeletModel) refresh() error {
-	podRes := m.podResources()
+	podRes := mergeContainerDevices(m.podResources()) // what the plugin's refresh reads
 	pods, _ := m.p.pods.List(labels.Everything())
 	m.p.reconcile(m.ctx, pods, podRes, true)
 	m.pending = false

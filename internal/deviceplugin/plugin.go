@@ -118,12 +118,61 @@ type Plugin struct {
 	podResources func(context.Context) ([]*podresv1.PodResources, error)
 }
 
-// kubeletPodResources lists what the kubelet holds for each container.
+// kubeletPodResources lists what the kubelet holds for each container, one ContainerDevices per
+// resource with every id of it (mergeContainerDevices).
 func (p *Plugin) kubeletPodResources(ctx context.Context) ([]*podresv1.PodResources, error) {
+	list := p.listPodResources
 	if p.podResources != nil {
-		return p.podResources(ctx)
+		list = p.podResources
 	}
-	return p.listPodResources(ctx)
+	prs, err := list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return mergeContainerDevices(prs), nil
+}
+
+// mergeContainerDevices returns prs with the device ids of each container merged into one
+// ContainerDevices per resource, ids ascending, resources in the order they first appear. The
+// kubelet lists a container's ids as one entry per id (with the id's NUMA node, if any); the
+// plugin reasons about what a container holds of a resource as a whole.
+func mergeContainerDevices(prs []*podresv1.PodResources) []*podresv1.PodResources {
+	out := make([]*podresv1.PodResources, 0, len(prs))
+	for _, pr := range prs {
+		if pr == nil {
+			continue
+		}
+		npr := &podresv1.PodResources{Name: pr.Name, Namespace: pr.Namespace}
+		for _, c := range pr.Containers {
+			if c == nil {
+				continue
+			}
+			nc := &podresv1.ContainerResources{Name: c.Name}
+			byRes := map[string]*podresv1.ContainerDevices{}
+			for _, d := range c.Devices {
+				if d == nil {
+					continue
+				}
+				m := byRes[d.ResourceName]
+				if m == nil {
+					m = &podresv1.ContainerDevices{ResourceName: d.ResourceName}
+					byRes[d.ResourceName] = m
+					nc.Devices = append(nc.Devices, m)
+				}
+				for _, id := range d.DeviceIds {
+					if !slices.Contains(m.DeviceIds, id) {
+						m.DeviceIds = append(m.DeviceIds, id)
+					}
+				}
+			}
+			for _, m := range nc.Devices {
+				sortIDs(m.DeviceIds)
+			}
+			npr.Containers = append(npr.Containers, nc)
+		}
+		out = append(out, npr)
+	}
+	return out
 }
 
 // servedKey is the key of the answer for a call with these kubelet ids of resource.

@@ -40,20 +40,26 @@ const (
 // problem detector, the device plugin and the DRA driver side by side (each node is labelled
 // with its allocation mode), the chart's pods kept off simulated nodes (the lab runs those
 // nodes' components as host processes), and one replica of the extender and my-scheduler when
-// real nodes can run them (none otherwise: the lab runs them as host processes).
-func LabChartValues(realNodes bool) map[string]any {
+// real nodes can run them (none otherwise: the lab runs them as host processes). With
+// verbosity > 0 the components log at that -v, as the lab's host processes do.
+func LabChartValues(realNodes bool, verbosity int) map[string]any {
 	replicas := 0
 	if realNodes {
 		replicas = 1
 	}
+	args := []string{}
+	if verbosity > 0 {
+		args = []string{fmt.Sprintf("--v=%d", verbosity)}
+	}
 	return map[string]any{
 		"npd":          map[string]any{"enabled": false},
-		"draDriver":    map[string]any{"enabled": true},
-		"devicePlugin": map[string]any{"allowWithDRA": true},
+		"draDriver":    map[string]any{"enabled": true, "args": args},
+		"devicePlugin": map[string]any{"allowWithDRA": true, "args": args},
 		"scheduler": map[string]any{
 			"enabled":         true,
 			"replicas":        replicas,
 			"customScheduler": map[string]any{"replicas": replicas},
+			"args":            args,
 		},
 		"neuronNodes": map[string]any{
 			"extraMatchExpressions": []any{map[string]any{
@@ -72,7 +78,7 @@ func (l *Lab) InstallChart(ctx context.Context, o ChartOptions) error {
 	if o.Wait == 0 {
 		o.Wait = 3 * time.Minute
 	}
-	values, err := yaml.Marshal(LabChartValues(l.real != nil))
+	values, err := yaml.Marshal(LabChartValues(l.real != nil, l.opts.Verbosity))
 	if err != nil {
 		return err
 	}

@@ -351,8 +351,16 @@ func (m *deviceManager) podResources() []*podresv1.PodResources {
 			resources = append(resources, res)
 		}
 		slices.Sort(resources)
+		// As the kubelet answers (containerDevicesFromResourceDeviceInstances, Kubernetes 1.36):
+		// one entry per device id, in the order of a Go map, so in no particular order.
 		for _, res := range resources {
-			c.Devices = append(c.Devices, &podresv1.ContainerDevices{ResourceName: res, DeviceIds: slices.Clone(byRes[res])})
+			ids := map[string]bool{}
+			for _, id := range byRes[res] {
+				ids[id] = true
+			}
+			for id := range ids {
+				c.Devices = append(c.Devices, &podresv1.ContainerDevices{ResourceName: res, DeviceIds: []string{id}})
+			}
 		}
 		p.Containers = append(p.Containers, c)
 	}
@@ -365,7 +373,8 @@ func (m *deviceManager) podResources() []*podresv1.PodResources {
 	return out
 }
 
-// podResourcesServer serves the kubelet's PodResources API (v1) from the device manager.
+// podResourcesServer serves the kubelet's PodResources API (v1) from the device manager, in the
+// real kubelet's shape: a container's ids of one resource come as one ContainerDevices per id.
 type podResourcesServer struct {
 	podresv1.UnimplementedPodResourcesListerServer
 	dm *deviceManager
