@@ -15,10 +15,13 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/lab/netns"
 	"github.com/kube-neuron/kube-neuron/internal/lab/realnode"
@@ -103,6 +106,32 @@ func (n *RealNode) KubeletPID() (int, error) {
 	return 0, fmt.Errorf("node %s runs no kubelet now", n.Spec.Name)
 }
 
+// KubeletDevices asks the node's kubelet (its PodResources API, GetAllocatableResources) how many
+// healthy devices of each resource it has from its device plugins now: the kubelet's own view,
+// which reaches the Node's allocatable only at its next status update.
+func (n *RealNode) KubeletDevices(ctx context.Context) (map[string]int, error) {
+	sock := filepath.Join(n.dir, "var", "lib", "kubelet", "pod-resources", "kubelet.sock")
+	if len(sock) >= 108 {
+		return nil, fmt.Errorf("the kubelet's PodResources socket %s is too long a path to dial (108 bytes): use a shorter lab directory", sock)
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	rpcCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := podresv1.NewPodResourcesListerClient(conn).GetAllocatableResources(rpcCtx, &podresv1.AllocatableResourcesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, d := range resp.Devices {
+		out[d.ResourceName] += len(d.DeviceIds)
+	}
+	return out, nil
+}
+
 // KubeletLog is the path of the node's kubelet log.
 func (n *RealNode) KubeletLog() string {
 	return filepath.Join(filepath.Dir(n.proc.LogPath()), n.Spec.Name+"-kubelet.log")
@@ -139,7 +168,7 @@ func findRealNodeTools(o Options) (realNodeTools, error) {
 	}
 	t.netTools, _ = netns.FindTools()
 	if o.NodeBinDir == "" {
-		return t, errors.New("real lab nodes need containerd, runc and the CNI plugins: set Options.NodeBinDir (hack/node/build.sh prints it)")
+		return t, errors.New("real lab nodes need containerd, runc, the CNI plugins and the images: start the lab with make lab-up (neuron-lab up with the flags hack/real-nodes.sh prints: --node-bin-dir, --images-dir, --lab-images-dir)")
 	}
 	t.nodeBin = o.NodeBinDir
 	t.kubelet = filepath.Join(o.BinDir, "kubelet")

@@ -148,7 +148,10 @@ func TestDevicePluginPodRestart(t *testing.T) {
 	if fresh.UID == old.UID {
 		t.Fatal("the device plugin pod was not replaced")
 	}
-	waitAllocatable(t, ctx, trn1Node, neuronRes, 16, 60*time.Second)
+	// Until the new plugin has registered and sent its devices, the kubelet refuses new pods
+	// (UnexpectedAdmissionError: no healthy devices present), and the Node's allocatable says so
+	// only at the kubelet's next status update: ask the kubelet itself.
+	waitKubeletDevices(t, ctx, trn1Node, 16)
 	if got := containerID(t, ctx, ns, "trn1-four-devices"); got != id {
 		t.Errorf("the plugin's restart replaced the workload's container: %s, then %s", id, got)
 	}
@@ -187,6 +190,20 @@ func TestInjectedDeviceErrorOnRealNode(t *testing.T) {
 	}
 	waitAllocatable(t, ctx, inf2Node, neuronRes, 12, 30*time.Second)
 	waitAllocatable(t, ctx, inf2Node, coreRes, 24, 30*time.Second)
+}
+
+// waitKubeletDevices waits until the node's kubelet has want healthy aws.amazon.com/neuron
+// devices from its device plugin (RealNode.KubeletDevices).
+func waitKubeletDevices(t *testing.T, ctx context.Context, node string, want int) {
+	t.Helper()
+	n := framework.L.RealNode(node)
+	framework.WaitFor(t, ctx, 60*time.Second, fmt.Sprintf("the kubelet of %s to hold %d healthy %s", node, want, neuronRes), func(ctx context.Context) (bool, string, error) {
+		got, err := n.KubeletDevices(ctx)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return got[string(neuronRes)] == want, fmt.Sprint(got), nil
+	})
 }
 
 func containerID(t *testing.T, ctx context.Context, ns, name string) string {
