@@ -104,6 +104,11 @@ func Run(ctx context.Context, o Options) error {
 	if o.Lab.Fleet == nil {
 		o.Lab.Fleet = fleet(skipped == "")
 	}
+	// Each group of examples waits for the nodes' status before the next (WaitForNodeStatus):
+	// the simulated nodes post theirs every second to keep the demo short; real ones every 10 s.
+	if o.Lab.StatusUpdateFrequency == 0 {
+		o.Lab.StatusUpdateFrequency = time.Second
+	}
 	if skipped == "" {
 		fmt.Fprintf(out, "== Starting the lab: a real control plane, simulated Neuron nodes and a real one (%s: kubelet v1.36.3, containerd, runc), the chart installed with helm (state in %s)\n", RealNode, o.Lab.Dir)
 	} else {
@@ -150,6 +155,11 @@ func Run(ctx context.Context, o Options) error {
 			fmt.Fprintf(out, "%s: %s\n", rel, strings.Join(names, ", "))
 		}
 		if pods, err = settle(ctx, l, o.Wait); err != nil {
+			return err
+		}
+		// The next group's pods are placed on what the nodes posted: wait until their status
+		// says what the pods of this group took (a kubelet posts it every 10 s).
+		if err := l.WaitForNodeStatus(ctx, 30*time.Second); err != nil {
 			return err
 		}
 	}

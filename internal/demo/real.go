@@ -62,7 +62,7 @@ func realNodeAct(ctx context.Context, out io.Writer, l *lab.Lab, pods []corev1.P
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\n== On the real node %s (kubelet %s, %s): what the extender decided, and what the container printed\n",
+	fmt.Fprintf(out, "\n== On the real node %s (kubelet %s, %s): each pod's allocation record, and what its container printed\n",
 		RealNode, n.Status.NodeInfo.KubeletVersion, n.Status.NodeInfo.ContainerRuntimeVersion)
 	shown := 0
 	for _, p := range pods {
@@ -76,7 +76,7 @@ func realNodeAct(ctx context.Context, out io.Writer, l *lab.Lab, pods []corev1.P
 				continue
 			}
 			shown++
-			fmt.Fprintf(out, "pod %s, container %s:\n  the extender's record: devices %s, cores %s\n  $ kubectl logs %s -c %s   (NEURON and device lines)\n",
+			fmt.Fprintf(out, "pod %s, container %s:\n  its allocation record: devices %s, cores %s\n  $ kubectl logs %s -c %s   (NEURON and device lines)\n",
 				p.Name, c.Name, topology.FormatList(c.Devices), topology.FormatList(c.Cores), p.Name, c.Name)
 			for line := range strings.SplitSeq(strings.TrimSpace(got.raw), "\n") {
 				if strings.HasPrefix(line, "NEURON_") || strings.HasPrefix(line, "AWS_NEURON_") || strings.HasPrefix(line, "devices:") {

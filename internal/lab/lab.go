@@ -65,6 +65,9 @@ type Options struct {
 	NodeBinDir, ImagesDir, LabImagesDir string
 	// Chart installs the Helm chart with helm once the nodes run (ChartOptions).
 	Chart *ChartOptions
+	// StatusUpdateFrequency is how often simulated nodes post changes of their device plugins'
+	// capacity and allocatable (SimulatorOptions.StatusUpdateFrequency); 0 is a kubelet's 10 s.
+	StatusUpdateFrequency time.Duration
 }
 
 // Components the lab can run.
@@ -447,7 +450,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	if err := os.WriteFile(filepath.Join(o.Dir, "socket-dir"), []byte(l.socketDir+"\n"), 0o644); err != nil {
 		return fail(err)
 	}
-	l.sim, err = StartSimulator(ctx, SimulatorOptions{Client: l.client, Dir: o.Dir, SocketDir: l.socketDir})
+	l.sim, err = StartSimulator(ctx, SimulatorOptions{Client: l.client, Dir: o.Dir, SocketDir: l.socketDir, StatusUpdateFrequency: o.StatusUpdateFrequency})
 	if err != nil {
 		return fail(err)
 	}
@@ -489,6 +492,9 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	}
 	if o.Chart != nil {
 		if err := l.InstallChart(ctx, *o.Chart); err != nil {
+			return fail(err)
+		}
+		if err := l.WaitForRealNodesServing(ctx, 90*time.Second); err != nil {
 			return fail(err)
 		}
 	}

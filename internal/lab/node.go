@@ -353,6 +353,14 @@ func (n *SimNode) syncStatusAsync() {
 	}()
 }
 
+// StatusPending reports whether the node has a change of capacity or allocatable it has not
+// posted yet (it posts every SimulatorOptions.StatusUpdateFrequency).
+func (n *SimNode) StatusPending() bool {
+	n.statusMu.Lock()
+	defer n.statusMu.Unlock()
+	return n.dirty
+}
+
 // postStatusEvery posts a changed capacity and allocatable every statusEvery until ctx ends.
 func (n *SimNode) postStatusEvery(ctx context.Context) {
 	t := time.NewTicker(n.statusEvery)

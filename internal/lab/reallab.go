@@ -11,8 +11,10 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kube-neuron/kube-neuron/internal/lab/netns"
 	"github.com/kube-neuron/kube-neuron/internal/lab/realnode"
@@ -197,6 +199,69 @@ func (l *Lab) RemoveRealNode(ctx context.Context, name string) error {
 		err = errors.Join(err, derr)
 	}
 	return err
+}
+
+// WaitForRealNodesServing waits until every real Neuron node's component serves all its devices:
+// the device plugin's resources in the Node's allocatable, or the DRA driver's ResourceSlices.
+func (l *Lab) WaitForRealNodesServing(ctx context.Context, timeout time.Duration) error {
+	for _, n := range l.RealNodes() {
+		if n.hw == nil {
+			continue
+		}
+		var err error
+		if n.Spec.Mode == ModeDRA {
+			err = l.WaitForResourceSliceDevices(ctx, n.Spec.Name, "neuron.aws.com", n.Spec.InstanceType.Devices, timeout)
+		} else {
+			err = l.WaitForNodeResource(ctx, n.Spec.Name, "aws.amazon.com/neuron", int64(n.Spec.InstanceType.Devices), timeout)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WaitForNodeStatus waits until every node's posted capacity and allocatable is what its
+// kubelet holds now: the simulated kubelets have posted their last change, and each real
+// kubelet's healthy devices (RealNode.KubeletDevices) are the Node's allocatable. A kubelet
+// posts its status every 10 s; until then the scheduler places pods on what it posted before.
+func (l *Lab) WaitForNodeStatus(ctx context.Context, timeout time.Duration) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		for _, n := range l.sim.Nodes() {
+			if n.StatusPending() {
+				last = "node " + n.Spec.Name + " has a change to post"
+				return false, nil
+			}
+		}
+		for _, n := range l.RealNodes() {
+			if n.hw == nil || n.Spec.Mode == ModeDRA {
+				continue
+			}
+			held, err := n.KubeletDevices(ctx)
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			node, err := l.client.CoreV1().Nodes().Get(ctx, n.Spec.Name, metav1.GetOptions{})
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			for res, count := range held {
+				q := node.Status.Allocatable[corev1.ResourceName(res)]
+				if q.Value() != int64(count) {
+					last = fmt.Sprintf("node %s: allocatable %s %d, its kubelet holds %d", n.Spec.Name, res, q.Value(), count)
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the nodes' status did not catch up after %v (%s): %w", timeout, last, err)
+	}
+	return nil
 }
 
 // RealNode returns a real node of the lab by name, nil if there is none.
