@@ -12,7 +12,7 @@ func TestFleetExpand(t *testing.T) {
 - {name: trn1-a, instanceType: trn1.32xlarge, mode: device-plugin}
 - {name: trn2-a, instanceType: trn2.48xlarge, mode: dra, lnc: 1, driverVersion: 2.26.5.0}
 - {name: us, instanceType: trn2u.48xlarge, mode: dra, count: 4, ultraserver: us-1}
-- {name: inf, instanceType: inf2.xlarge}
+- {name: inf, instanceType: inf2.xlarge, kubelet: real}
 `
 	f, err := ParseFleet([]byte(doc))
 	if err != nil {
@@ -37,6 +37,9 @@ func TestFleetExpand(t *testing.T) {
 	}
 	if specs[6].Mode != ModeDevicePlugin {
 		t.Errorf("mode default: %s", specs[6].Mode)
+	}
+	if specs[0].Kubelet != KubeletSimulated || specs[6].Kubelet != KubeletReal || !HasRealNodes(specs) || HasRealNodes(specs[:6]) {
+		t.Errorf("kubelets: %s (default), %s (real)", specs[0].Kubelet, specs[6].Kubelet)
 	}
 	server := specs[2].UltraServer.ServerID4
 	for i, s := range specs[2:6] {
@@ -66,6 +69,8 @@ func TestFleetErrors(t *testing.T) {
 		{"nodes:\n- {name: a, instanceType: trn1.32xlarge}\n- {name: a, instanceType: inf2.xlarge}\n", "used twice"},
 		{"nodes:\n- {name: A_1, instanceType: trn1.32xlarge}\n", "not valid"},
 		{"nodes: [", "not valid YAML"},
+		{"nodes:\n- {name: a, instanceType: trn1.32xlarge, kubelet: kind}\n", `kubelet "kind": use simulated or real`},
+		{"nodes:\n- {name: lab-system, instanceType: trn1.32xlarge}\n", "is the lab's own"},
 	} {
 		f, err := ParseFleet([]byte(tc.doc))
 		if err == nil {
