@@ -222,11 +222,28 @@ func (n *Network) DetachNode(ctx context.Context, index int) {
 // Dial connects to address (host:port inside the lab namespace) from the calling process: the
 // socket is made on a thread switched into the namespace for that moment.
 func (n *Network) Dial(ctx context.Context, network, address string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
+	var c net.Conn
+	err := n.inside(func() (err error) {
+		c, err = (&net.Dialer{}).DialContext(ctx, network, address)
+		return err
+	})
+	return c, err
+}
+
+// Listen listens on address inside the lab namespace.
+func (n *Network) Listen(network, address string) (net.Listener, error) {
+	var l net.Listener
+	err := n.inside(func() (err error) {
+		l, err = net.Listen(network, address)
+		return err
+	})
+	return l, err
+}
+
+// inside runs fn on an OS thread of its own switched into the lab namespace: the sockets fn
+// makes belong to the namespace, and stay there once the thread is back.
+func (n *Network) inside(fn func() error) error {
+	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		// The thread is given back only when it is back in the host's namespace; otherwise it
@@ -234,54 +251,22 @@ func (n *Network) Dial(ctx context.Context, network, address string) (net.Conn, 
 		self, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{err: err}
+			done <- err
 			return
 		}
 		defer self.Close()
 		if err := unix.Setns(int(n.ns.Fd()), unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{err: fmt.Errorf("enter the lab network namespace: %w", err)}
+			done <- fmt.Errorf("enter the lab network namespace: %w", err)
 			return
 		}
-		c, err := (&net.Dialer{}).DialContext(ctx, network, address)
+		err = fn()
 		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread()
 		}
-		ch <- result{c, err}
+		done <- err
 	}()
-	r := <-ch
-	return r.c, r.err
-}
-
-// Listen listens on address inside the lab namespace.
-func (n *Network) Listen(network, address string) (net.Listener, error) {
-	type result struct {
-		l   net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		self, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer self.Close()
-		if err := unix.Setns(int(n.ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: fmt.Errorf("enter the lab network namespace: %w", err)}
-			return
-		}
-		l, err := net.Listen(network, address)
-		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- result{l, err}
-	}()
-	r := <-ch
-	return r.l, r.err
+	return <-done
 }
 
 // Relay listens on 127.0.0.1 of the host (a free port) and forwards every connection to target

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
 	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
 )
@@ -120,13 +121,7 @@ func TestKubeletRestartKeepsDevices(t *testing.T) {
 	if !slices.Equal(after.Containers[0].Devices, before.Containers[0].Devices) {
 		t.Errorf("devices %v before the restart, %v after", before.Containers[0].Devices, after.Containers[0].Devices)
 	}
-	framework.Apply(t, ctx, "examples/extender/trn1-eight-devices.yaml", ns)
-	eight := checkRecordRuns(t, ctx, ns, "trn1-eight-devices")
-	for _, d := range eight.Containers[0].Devices {
-		if slices.Contains(before.Containers[0].Devices, d) {
-			t.Errorf("device %d given again after the restart: %v and %v", d, before.Containers[0].Devices, eight.Containers[0].Devices)
-		}
-	}
+	eightBeside(t, ctx, ns, before)
 }
 
 // TestDevicePluginPodRestart deletes the device plugin's pod on trn1-a: the DaemonSet starts
@@ -155,6 +150,13 @@ func TestDevicePluginPodRestart(t *testing.T) {
 	if got := containerID(t, ctx, ns, "trn1-four-devices"); got != id {
 		t.Errorf("the plugin's restart replaced the workload's container: %s, then %s", id, got)
 	}
+	eightBeside(t, ctx, ns, before)
+}
+
+// eightBeside runs the seeds' eight-device pod beside the pod of record before, on trn1-a, and
+// checks that no device goes to both.
+func eightBeside(t *testing.T, ctx context.Context, ns string, before *allocation.Record) {
+	t.Helper()
 	framework.Apply(t, ctx, "examples/extender/trn1-eight-devices.yaml", ns)
 	eight := checkRecordRuns(t, ctx, ns, "trn1-eight-devices")
 	for _, d := range eight.Containers[0].Devices {
