@@ -633,7 +633,7 @@ func TestSchedulerSchemaRejectsBadValues(t *testing.T) {
 		want string // in helm's message
 	}{
 		{"scheduler.policy=worst-fit", "value must be one of 'best-fit', 'first-fit'"},
-		{"scheduler.replicas=0", "/scheduler/replicas"},
+		{"scheduler.replicas=-1", "/scheduler/replicas"},
 		{"scheduler.port=0", "/scheduler/port"},
 		{"scheduler.extenderWeight=0", "/scheduler/extenderWeight"},
 		{"scheduler.mirrorUsageAnnotations=maybe", "/scheduler/mirrorUsageAnnotations"},
@@ -643,7 +643,7 @@ func TestSchedulerSchemaRejectsBadValues(t *testing.T) {
 		{"scheduler.replica=2", "additional properties 'replica' not allowed"},
 		{"scheduler.customScheduler.imag=x", "additional properties 'imag' not allowed"},
 		{"scheduler.customScheduler.image=", "/scheduler/customScheduler/image"},
-		{"scheduler.customScheduler.replicas=0", "/scheduler/customScheduler/replicas"},
+		{"scheduler.customScheduler.replicas=-1", "/scheduler/customScheduler/replicas"},
 		{"scheduler.defaultScheduler.nodePort=70000", "/scheduler/defaultScheduler/nodePort"},
 		{"scheduler.defaultScheduler.kubeconfig=scheduler.conf", "/scheduler/defaultScheduler/kubeconfig"},
 		{"scheduler.defaultScheduler.port=1", "additional properties 'port' not allowed"},
@@ -735,6 +735,30 @@ func TestSchedulerMirrorNeedsNodePatch(t *testing.T) {
 			if slices.Contains(r.Resources, "nodes") && slices.Contains(r.Verbs, "patch") != want {
 				t.Errorf("mirrorUsageAnnotations=%s: nodes verbs %v", mirror, r.Verbs)
 			}
+		}
+	}
+}
+
+// TestSchedulerWithoutReplicas: 0 replicas of the extender and of my-scheduler render
+// Deployments that run nothing, without a PodDisruptionBudget, and NOTES.txt says what that
+// means (the local lab installs the chart so when it runs both as host processes).
+func TestSchedulerWithoutReplicas(t *testing.T) {
+	t.Parallel()
+	m := render(t, "scheduler.enabled=true", "scheduler.replicas=0", "scheduler.customScheduler.replicas=0")
+	for _, o := range m {
+		switch obj := o.Obj.(type) {
+		case *appsv1.Deployment:
+			if obj.Spec.Replicas == nil || *obj.Spec.Replicas != 0 {
+				t.Errorf("Deployment %s: replicas %v, want 0", obj.Name, obj.Spec.Replicas)
+			}
+		case *policyv1.PodDisruptionBudget:
+			t.Errorf("PodDisruptionBudget %s rendered for 0 replicas", obj.Name)
+		}
+	}
+	notes := renderNotes(t, "scheduler.enabled=true", "scheduler.replicas=0", "scheduler.customScheduler.replicas=0")
+	for _, want := range []string{"scheduler.replicas is 0: no extender runs", "scheduler.customScheduler.replicas is 0: no my-scheduler runs"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("NOTES.txt lacks %q", want)
 		}
 	}
 }
