@@ -848,10 +848,12 @@ func holdsPods(node *corev1.Node) bool {
 }
 
 // serving reports whether a launched node could take its pods but for LaunchingTaint: Ready,
-// and advertising Neuron capacity (device plugin) or publishing Neuron devices in a
-// ResourceSlice (DRA); or Ready for the register timeout, whatever it serves, so that a node
-// whose plugin never starts is not held forever.
-func (c *Controller) serving(node *corev1.Node, now time.Time) bool {
+// and advertising every device plugin resource its pods ask for (want; any Neuron resource when
+// none) or publishing Neuron devices in a ResourceSlice (DRA); or Ready for the register timeout,
+// whatever it serves, so that a node whose plugin never starts is not held forever. The device
+// plugin registers its resources one after the other and the kubelet posts each when its status
+// next goes out: a node released on the first would turn away pods that ask for another.
+func (c *Controller) serving(node *corev1.Node, want []string, now time.Time) bool {
 	switch {
 	case !nodeReady(node):
 		return false
@@ -859,8 +861,25 @@ func (c *Controller) serving(node *corev1.Node, now time.Time) bool {
 		return true
 	case node.Labels[labels.AllocationMode] == labels.AllocationModeDRA:
 		return c.publishesDevices(node.Name)
+	case len(want) == 0:
+		return hasNeuronCapacity(node)
 	}
-	return hasNeuronCapacity(node)
+	for _, r := range want {
+		if q, ok := node.Status.Allocatable[corev1.ResourceName(r)]; !ok || q.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// requestedResources returns the device plugin resources the pod asks for, sorted, once each.
+func requestedResources(d PodDemand) []string {
+	var out []string
+	for _, r := range d.Requests {
+		out = append(out, r.Resource)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // publishesDevices reports whether the Neuron DRA driver published devices for the node.
@@ -900,10 +919,12 @@ func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed m
 			delete(c.upSince, node.Name)
 			continue
 		}
-		h := &hold{node: node, serving: c.serving(node, now)}
+		h := &hold{node: node}
+		var want []string
 		for k, p := range placed {
 			if p.node == node.Name {
 				h.pods = append(h.pods, k)
+				want = append(want, p.resources...)
 				if !p.nominated {
 					h.unnominated = append(h.unnominated, k)
 				}
@@ -911,6 +932,8 @@ func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed m
 		}
 		sort.Strings(h.pods)
 		sort.Strings(h.unnominated)
+		slices.Sort(want)
+		h.serving = c.serving(node, slices.Compact(want), now)
 		if !h.serving {
 			delete(c.upSince, node.Name)
 		} else if since, ok := c.upSince[node.Name]; !ok {
@@ -1138,6 +1161,7 @@ func (c *Controller) timeout(ctx context.Context, in Instance, node *corev1.Node
 type placement struct {
 	node      string
 	nominated bool
+	resources []string // the device plugin resources the pod asks for
 }
 
 // scaleUp checks the pending pods, plans, launches and nominates; it returns, by pod key, the
@@ -1251,9 +1275,9 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 		switch {
 		case dec.Warning() || c.o.DryRun:
 		case dec.Node >= 0:
-			placed[dec.Pod] = placement{node: nodeNames[dec.Node], nominated: c.nominate(ctx, pod, nodeNames[dec.Node])}
+			placed[dec.Pod] = placement{node: nodeNames[dec.Node], nominated: c.nominate(ctx, pod, nodeNames[dec.Node]), resources: requestedResources(ok[i])}
 		case dec.Launching && priorNode[dec.Pod] != "":
-			placed[dec.Pod] = placement{node: priorNode[dec.Pod], nominated: c.nominate(ctx, pod, priorNode[dec.Pod])}
+			placed[dec.Pod] = placement{node: priorNode[dec.Pod], nominated: c.nominate(ctx, pod, priorNode[dec.Pod]), resources: requestedResources(ok[i])}
 		}
 		eventType, msg := corev1.EventTypeNormal, dec.Message
 		switch {

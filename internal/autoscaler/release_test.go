@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // heldNode is a node the autoscaler launched as it registers: the Neuron taint and the launching
@@ -153,6 +154,32 @@ func TestControllerReleasesANodeOnceItsPodsAreNominated(t *testing.T) {
 	round(t, c)
 	if _, ok := c.tracked[node]; ok {
 		t.Errorf("the node still launching %s after its release", settleAfterReady)
+	}
+}
+
+// TestControllerHoldsANodeUntilItAdvertisesWhatItsPodsAskFor: the device plugin registers its
+// resources one after the other, and the kubelet posts each when its status next goes out (10 s
+// apart at worst). A node that advertises whole devices but not yet the cores its pod asks for is
+// held: released then, the scheduler would turn the pod away and place it elsewhere.
+func TestControllerHoldsANodeUntilItAdvertisesWhatItsPodsAskFor(t *testing.T) {
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").cores(2)))
+	c, _ := e.controller()
+	round(t, c)
+	node := NodeName("inf1.xlarge", []string{"default/a"})
+
+	devicesOnly := heldNode(node, "inf1.xlarge", t0, true)
+	e.putNode(c, devicesOnly)
+	round(t, c)
+	if got := e.taints(node); !slices.Equal(got, heldTaints) {
+		t.Fatalf("taints %v of a node that advertises %v, want %v: its pod asks for %s", got, devicesOnly.Status.Allocatable, heldTaints, topology.ResourceNeuronCore)
+	}
+
+	withCores := devicesOnly.DeepCopy()
+	withCores.Status.Allocatable[corev1.ResourceName(topology.ResourceNeuronCore)] = qty(4)
+	e.putNode(c, withCores)
+	round(t, c)
+	if got := e.taints(node); !slices.Equal(got, releasedTaints) {
+		t.Errorf("taints %v of a node that advertises its pod's cores, want %v", got, releasedTaints)
 	}
 }
 

@@ -328,14 +328,14 @@ func (n *SimNode) renewLease(ctx context.Context, nodeUID types.UID) error {
 }
 
 // syncStatusAsync is the device manager's callback when a plugin's devices change. A resource
-// the node has not reported yet is posted at once (nodes come up fast); later changes wait for
+// the node has not reported devices of yet is posted at once (nodes come up fast); later changes wait for
 // the next status tick, as the real kubelet posts its status every nodeStatusUpdateFrequency
 // (10 s): until then the scheduler sees the old allocatable, as it does on a real node.
 func (n *SimNode) syncStatusAsync() {
 	n.statusMu.Lock()
 	fresh := n.statusEvery <= 0
-	for name := range n.dm.Resources() {
-		if !n.posted[name] {
+	for name, rc := range n.dm.Resources() {
+		if !n.posted[name] && rc.Capacity > 0 {
 			fresh = true
 		}
 	}
@@ -409,7 +409,9 @@ func (n *SimNode) syncStatus(ctx context.Context) error {
 	}
 	n.dirty = false
 	for _, name := range names {
-		n.posted[name] = true
+		// A plugin that registered but listed no devices yet is not reported: its first devices
+		// are posted at once too.
+		n.posted[name] = res[name].Capacity > 0
 	}
 	return nil
 }
