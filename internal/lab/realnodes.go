@@ -196,61 +196,88 @@ func labCgroupRoot(dir string) string {
 
 // startRealNode starts one real node and waits until it is Ready.
 func (l *Lab) startRealNode(ctx context.Context, spec NodeSpec, index int, system bool) (*RealNode, error) {
-	logger := klog.FromContext(ctx).WithValues("node", spec.Name)
 	begin := time.Now()
-	base := filepath.Join(l.cp.Dir(), "nodes", spec.Name)
-	n := &RealNode{Spec: spec, Index: index, dir: filepath.Join(base, "node"), lab: l.cp.Dir(), kubelet: l.real.tools.kubelet, cg: labCgroupRoot(l.cp.Dir()) + "/" + spec.Name}
-	if err := os.RemoveAll(base); err != nil {
+	n := &RealNode{Spec: spec, Index: index, dir: filepath.Join(l.cp.Dir(), "nodes", spec.Name, "node"), lab: l.cp.Dir(),
+		kubelet: l.real.tools.kubelet, cg: labCgroupRoot(l.cp.Dir()) + "/" + spec.Name}
+	cfg, err := l.writeRealNode(n, system)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", spec.Name, err)
+	}
+	if err := l.bootRealNode(ctx, n, cfg); err != nil {
 		return nil, err
+	}
+	klog.FromContext(ctx).Info("Real node ready", "node", spec.Name, "ip", n.IP(), "duration", time.Since(begin).Round(time.Millisecond))
+	return n, nil
+}
+
+// realNodeIdentity is what a real node registers with: the labels of a simulated node of its
+// spec (less those the kubelet sets itself) and the Neuron taint, or for the system node only the
+// lab's labels.
+func realNodeIdentity(spec NodeSpec, system bool) (map[string]string, []corev1.Taint) {
+	l := map[string]string{LabKubeletLabel: KubeletReal, "kube-neuron.io/lab-node": "true"}
+	if system {
+		l[SystemNodeLabel] = "true"
+		return l, nil
+	}
+	for k, v := range simNodeLabels(spec) {
+		l[k] = v
+	}
+	for _, own := range []string{labels.Hostname, "kubernetes.io/os", "kubernetes.io/arch"} {
+		delete(l, own)
+	}
+	l[LabKubeletLabel] = KubeletReal
+	return l, []corev1.Taint{{Key: labels.NeuronTaintKey, Value: labels.NeuronTaintValue, Effect: corev1.TaintEffectNoSchedule}}
+}
+
+// writeRealNode writes everything of a node in its directory: the simulated Neuron tree (not for
+// the system node), its certificates, the configuration of its daemons and of its node init.
+func (l *Lab) writeRealNode(n *RealNode, system bool) (realnode.Config, error) {
+	spec := n.Spec
+	base := filepath.Dir(n.dir)
+	if err := os.RemoveAll(base); err != nil {
+		return realnode.Config{}, err
 	}
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
-		return nil, err
+		return realnode.Config{}, err
 	}
-	nodeLabels := map[string]string{LabKubeletLabel: KubeletReal, "kube-neuron.io/lab-node": "true"}
-	var taints []corev1.Taint
-	devices := 0
-	sysfs := ""
-	if system {
-		nodeLabels[SystemNodeLabel] = "true"
-	} else {
-		for k, v := range simNodeLabels(spec) {
-			nodeLabels[k] = v
-		}
-		delete(nodeLabels, labels.Hostname) // the kubelet's own
-		delete(nodeLabels, "kubernetes.io/os")
-		delete(nodeLabels, "kubernetes.io/arch")
-		nodeLabels[LabKubeletLabel] = KubeletReal
-		taints = []corev1.Taint{{Key: labels.NeuronTaintKey, Value: labels.NeuronTaintValue, Effect: corev1.TaintEffectNoSchedule}}
-		sysfs = filepath.Join(base, "sysfs")
+	cfg := realnode.Config{
+		Name: spec.Name, Dir: n.dir, LogDir: filepath.Join(l.cp.Dir(), "logs"), CgroupRoot: n.cg,
+		Containerd: filepath.Join(l.real.tools.nodeBin, "containerd"), Kubelet: l.real.tools.kubelet, KubeProxy: l.real.tools.proxy,
+		ContainerdConfig: realnode.ContainerdConfigPath(n.dir),
+		Sysctls:          map[string]string{"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"},
+	}
+	if !system {
+		cfg.Sysfs, cfg.Devices = filepath.Join(base, "sysfs"), spec.InstanceType.Devices
+		cfg.CPUs, cfg.MemoryBytes = max(spec.InstanceType.VCPU, 1), uint64(max(spec.InstanceType.MemoryGiB, 1))<<30
 		lnc := 0
 		if spec.LNC != spec.InstanceType.DefaultLNC {
 			lnc = spec.LNC
 		}
-		hw, err := neuron.Simulate(neuron.SimOptions{Root: sysfs, InstanceType: spec.InstanceType, LNC: lnc,
+		hw, err := neuron.Simulate(neuron.SimOptions{Root: cfg.Sysfs, InstanceType: spec.InstanceType, LNC: lnc,
 			DriverVersion: spec.DriverVersion, UltraServer: spec.UltraServer, EFA: true})
 		if err != nil {
-			return nil, fmt.Errorf("node %s: simulating sysfs: %w", spec.Name, err)
+			return cfg, fmt.Errorf("simulating sysfs: %w", err)
 		}
 		n.hw = hw
-		devices = spec.InstanceType.Devices
 	}
 	pki := l.cp.PKI()
-	ip := netns.NodeIP(index)
+	ip := netns.NodeIP(n.Index)
 	kubeletCert, kubeletKey, err := pki.IssueClientCert("node-"+spec.Name, "system:node:"+spec.Name, "system:nodes")
 	if err != nil {
-		return nil, err
+		return cfg, err
 	}
 	servingCert, servingKey, err := pki.IssueServingCert("kubelet-"+spec.Name, []string{spec.Name}, []net.IP{net.IP(ip.AsSlice())})
 	if err != nil {
-		return nil, err
+		return cfg, err
 	}
 	proxyCert, proxyKey, err := pki.IssueClientCert("kube-proxy", "system:kube-proxy")
 	if err != nil {
-		return nil, err
+		return cfg, err
 	}
+	nodeLabels, taints := realNodeIdentity(spec, system)
 	files, kubeletArgs, proxyArgs, err := realnode.Files(realnode.FileOptions{
 		Name: spec.Name, Dir: n.dir,
-		NodeIP: ip.String(), PodCIDR: netns.PodCIDR(index).String(), ClusterCIDR: netns.PodNetwork.String(),
+		NodeIP: ip.String(), PodCIDR: netns.PodCIDR(n.Index).String(), ClusterCIDR: netns.PodNetwork.String(),
 		APIServer: "https://" + net.JoinHostPort(netns.Gateway.String(), "6443"), CACert: pki.CACert,
 		KubeletCert: kubeletCert, KubeletKey: kubeletKey, ServingCert: servingCert, ServingKey: servingKey,
 		ProxyCert: proxyCert, ProxyKey: proxyKey,
@@ -259,63 +286,54 @@ func (l *Lab) startRealNode(ctx context.Context, spec NodeSpec, index int, syste
 		SizeShown: !system, Labels: nodeLabels, Taints: taints, Verbosity: 2,
 	})
 	if err != nil {
-		return nil, err
+		return cfg, err
 	}
 	if err := realnode.WriteFiles(n.dir, files); err != nil {
-		return nil, err
+		return cfg, err
 	}
-	cpus, memory := 0, uint64(0)
-	if !system {
-		cpus, memory = max(spec.InstanceType.VCPU, 1), uint64(max(spec.InstanceType.MemoryGiB, 1))<<30
-	}
-	cfg := realnode.Config{
-		Name: spec.Name, Dir: n.dir, LogDir: filepath.Join(l.cp.Dir(), "logs"), Sysfs: sysfs, Devices: devices,
-		CPUs: cpus, MemoryBytes: memory,
-		CgroupRoot: n.cg, Containerd: filepath.Join(l.real.tools.nodeBin, "containerd"),
-		Kubelet: l.real.tools.kubelet, KubeProxy: l.real.tools.proxy,
-		KubeletArgs: kubeletArgs, KubeProxyArgs: proxyArgs, ContainerdConfig: realnode.ContainerdConfigPath(n.dir),
-		Sysctls: map[string]string{"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"},
-	}
-	if err := cfg.Write(); err != nil {
-		return nil, err
-	}
+	cfg.KubeletArgs, cfg.KubeProxyArgs = kubeletArgs, proxyArgs
+	return cfg, cfg.Write()
+}
+
+// bootRealNode starts the node init in the node's namespaces, attaches its network namespace to
+// the lab's bridge, tells it so, and waits until the kubelet has registered the node Ready.
+func (l *Lab) bootRealNode(ctx context.Context, n *RealNode, cfg realnode.Config) error {
 	if err := realnode.RemoveCgroups(n.cg, 10*time.Second); err != nil {
-		return nil, err
+		return err
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer w.Close()
 	n.proc, err = StartProcess(ProcessOptions{
-		Name: "node-" + spec.Name, Path: l.real.tools.labBin,
-		Args:       []string{"node-init", "--config", filepath.Join(n.dir, realnode.ConfigFile)},
-		LogPath:    l.cp.LogPath(spec.Name + "-init"),
+		Name: "node-" + n.Spec.Name, Path: l.real.tools.labBin,
+		Args:       []string{"node-init", "--config", filepath.Join(cfg.Dir, realnode.ConfigFile)},
+		LogPath:    l.cp.LogPath(n.Spec.Name + "-init"),
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
 		ExtraFiles: []*os.File{r},
 	})
 	r.Close()
 	if err != nil {
-		return nil, err
+		return err
+	}
+	fail := func(err error) error {
+		_ = n.stop(ctx)
+		return err
 	}
 	if err := AddToState(l.cp.Dir(), n.proc, StopOrderComponent); err != nil {
-		_ = n.stop(ctx)
-		return nil, err
+		return fail(err)
 	}
-	if err := l.real.network.AttachNode(ctx, n.proc.PID(), index, ServiceClusterIPRange); err != nil {
-		_ = n.stop(ctx)
-		return nil, fmt.Errorf("node %s: attach to the lab network: %w", spec.Name, err)
+	if err := l.real.network.AttachNode(ctx, n.proc.PID(), n.Index, ServiceClusterIPRange); err != nil {
+		return fail(fmt.Errorf("node %s: attach to the lab network: %w", n.Spec.Name, err))
 	}
 	if _, err := w.Write([]byte("go\n")); err != nil {
-		_ = n.stop(ctx)
-		return nil, fmt.Errorf("node %s: the node init is gone: %w\n%s", spec.Name, err, LogTail(n.proc.LogPath(), 20))
+		return fail(fmt.Errorf("node %s: the node init is gone: %w\n%s", n.Spec.Name, err, LogTail(n.proc.LogPath(), 20)))
 	}
 	if err := l.waitNodeReady(ctx, n, 90*time.Second); err != nil {
-		_ = n.stop(ctx)
-		return nil, err
+		return fail(err)
 	}
-	logger.Info("Real node ready", "ip", ip, "duration", time.Since(begin).Round(time.Millisecond))
-	return n, nil
+	return nil
 }
 
 // waitNodeReady waits until the node's kubelet has registered it Ready.
