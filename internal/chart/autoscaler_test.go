@@ -204,8 +204,8 @@ func checkAutoscaler(t *testing.T, m manifest, ns string, replicas int32, wantEn
 		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
 	}
 	c := spec.Containers[0]
-	if c.Name != autoscalerName || c.Image != "neuron-autoscaler:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
-		t.Errorf("container %q image %q pull %q, want neuron-autoscaler neuron-autoscaler:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
+	if c.Name != autoscalerName || c.Image != testRegistry+"/neuron-autoscaler:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("container %q image %q pull %q, want neuron-autoscaler %s/neuron-autoscaler:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy, testRegistry)
 	}
 	if !slices.Equal(c.Command, []string{"/neuron-autoscaler"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-autoscaler] and no args", c.Command, c.Args)

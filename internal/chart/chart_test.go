@@ -202,8 +202,8 @@ func checkDevicePlugin(t *testing.T, m manifest, ns string) {
 		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
 	}
 	c := spec.Containers[0]
-	if c.Name != "neuron-device-plugin" || c.Image != "neuron-device-plugin:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
-		t.Errorf("container %q image %q pull %q, want neuron-device-plugin neuron-device-plugin:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
+	if c.Name != "neuron-device-plugin" || c.Image != testRegistry+"/neuron-device-plugin:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("container %q image %q pull %q, want neuron-device-plugin %s/neuron-device-plugin:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy, testRegistry)
 	}
 	if !slices.Equal(c.Command, []string{"/neuron-device-plugin"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-device-plugin] and no args", c.Command, c.Args)
@@ -314,8 +314,11 @@ func checkNeuronAffinity(t *testing.T, a *corev1.Affinity, families, instances [
 // Neuron support (Fargate, hybrid and Auto Mode nodes).
 var devicePluginExpressions = []corev1.NodeSelectorRequirement{
 	{Key: labels.AllocationMode, Operator: corev1.NodeSelectorOpNotIn, Values: []string{labels.AllocationModeDRA}},
-	{Key: computeType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"fargate", "hybrid", "auto"}},
+	notEKSComputeTypes,
 }
+
+// notEKSComputeTypes keeps every node agent off EKS Fargate, hybrid and Auto Mode nodes.
+var notEKSComputeTypes = corev1.NodeSelectorRequirement{Key: computeType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"fargate", "hybrid", "auto"}}
 
 func checkResources(t *testing.T, r corev1.ResourceRequirements, reqCPU, reqMem, limCPU, limMem string) {
 	t.Helper()
@@ -426,7 +429,7 @@ func checkNPD(t *testing.T, m manifest) {
 	if spec.ServiceAccountName != "node-problem-detector" {
 		t.Errorf("serviceAccountName = %q", spec.ServiceAccountName)
 	}
-	checkNeuronAffinity(t, spec.Affinity, wantFamilies(t), wantInstances(t))
+	checkNeuronAffinity(t, spec.Affinity, wantFamilies(t), wantInstances(t), notEKSComputeTypes)
 	wantTolerations := []corev1.Toleration{
 		{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 		{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
@@ -540,7 +543,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"devicePlugin.allocationSource=bogus", "value must be one of 'auto', 'extender', 'kubelet'"},
 		{"npd.enable=false", "additional properties 'enable' not allowed"},
 		{"scheduler.customScheduler.enbled=false", "additional properties 'enbled' not allowed"},
-		{"draDriver.image.tag=x", "additional properties 'tag' not allowed"},
+		{"draDriver.image.digest=x", "additional properties 'digest' not allowed"},
 		{"autoscaler.enabled=yes", "/autoscaler/enabled"},
 		{"neuronInstance={trn1.2xlarge}", "additional properties 'neuronInstance' not allowed"},
 		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},

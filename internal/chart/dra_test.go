@@ -111,8 +111,8 @@ func checkDRADriver(t *testing.T, m manifest, withDevicePlugin bool) {
 		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
 	}
 	c := spec.Containers[0]
-	if c.Name != "neuron-dra-driver" || c.Image != "neuron-dra-driver:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
-		t.Errorf("container %q image %q pull %q, want neuron-dra-driver neuron-dra-driver:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
+	if c.Name != "neuron-dra-driver" || c.Image != testRegistry+"/neuron-dra-driver:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("container %q image %q pull %q, want neuron-dra-driver %s/neuron-dra-driver:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy, testRegistry)
 	}
 	if !slices.Equal(c.Command, []string{"/neuron-dra-driver"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-dra-driver] and no args", c.Command, c.Args)
@@ -165,9 +165,7 @@ func checkDRAAffinity(t *testing.T, spec corev1.PodSpec, instances []string, wit
 	if withDevicePlugin {
 		mode = corev1.NodeSelectorRequirement{Key: labels.AllocationMode, Operator: corev1.NodeSelectorOpIn, Values: []string{labels.AllocationModeDRA}}
 	}
-	checkNeuronAffinity(t, spec.Affinity, wantFamilies(t), instances,
-		corev1.NodeSelectorRequirement{Key: computeType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"fargate", "hybrid", "auto"}},
-		mode)
+	checkNeuronAffinity(t, spec.Affinity, wantFamilies(t), instances, mode, notEKSComputeTypes)
 }
 
 // checkDRAPorts checks the gRPC health port (liveness, as published) and the metrics port

@@ -79,8 +79,21 @@ func touchChart() error {
 }
 
 // runHelm runs helm with args in a helm home of its own. It returns stdout, and an error that
-// includes stderr when helm fails.
+// includes stderr when helm fails. A `helm template` gets image.registry=testRegistry first
+// (later values override it), unless its --set flags say where the images come from: an install
+// must name a registry.
 func runHelm(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	if len(args) > 0 && args[0] == "template" && !slices.ContainsFunc(args, func(a string) bool {
+		return strings.HasPrefix(a, "image.registry=") || strings.HasPrefix(a, "image.localImages=")
+	}) {
+		args = append([]string{args[0], "--set", "image.registry=" + testRegistry}, args[1:]...)
+	}
+	return runHelmExactly(t, args...)
+}
+
+// runHelmExactly is runHelm with the args as given.
+func runHelmExactly(t testing.TB, args ...string) (string, error) {
 	t.Helper()
 	home := t.TempDir()
 	cmd := exec.CommandContext(t.Context(), helmBinary(t), args...)
@@ -110,7 +123,12 @@ func setArgs(sets []string) []string {
 	return args
 }
 
-// helmTemplate runs `helm template kube-neuron <chart> --namespace kube-system --set ...`.
+// testRegistry is the registry the tests' installs pull kube-neuron's images from, as a user's
+// install must name one (image.registry).
+const testRegistry = "111122223333.dkr.ecr.us-west-2.amazonaws.com"
+
+// helmTemplate runs `helm template kube-neuron <chart> --namespace kube-system --set ...`, with
+// image.registry=testRegistry unless the sets say where the images come from (runHelm).
 func helmTemplate(t testing.TB, sets ...string) (string, error) {
 	t.Helper()
 	args := append([]string{"template", release, chartDir, "--namespace", releaseNS}, setArgs(sets)...)

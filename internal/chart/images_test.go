@@ -65,7 +65,8 @@ func TestEveryComponentRunsItsOwnImage(t *testing.T) {
 		want map[string]string // container (the component) -> image
 	}{
 		{
-			name: "defaults: the bare names and the appVersion",
+			name: "local images: the bare names and the appVersion",
+			sets: []string{"image.localImages=true"},
 			pull: corev1.PullIfNotPresent,
 			want: map[string]string{
 				"neuron-device-plugin":      "neuron-device-plugin:" + meta.AppVersion,
@@ -94,6 +95,18 @@ func TestEveryComponentRunsItsOwnImage(t *testing.T) {
 				"neuron-scheduler-extender": "registry.example.com:5000/ml/neuron-scheduler-extender:" + meta.AppVersion,
 				"neuron-dra-driver":         "registry.example.com:5000/ml/neuron-dra-driver:" + meta.AppVersion,
 				"neuron-autoscaler":         "registry.example.com:5000/ml/mirror/scaler:" + meta.AppVersion,
+			},
+		},
+		{
+			name: "per component, as AWS's chart writes them: a repository with its registry, a tag, a pull policy",
+			sets: []string{"image.registry=" + ecr, "devicePlugin.image.repository=registry.example.com:5000/ml/neuron-device-plugin",
+				"devicePlugin.image.tag=v2", "image.pullPolicy=Always", "devicePlugin.image.pullPolicy=Always", "draDriver.image.tag=v3"},
+			pull: corev1.PullAlways,
+			want: map[string]string{
+				"neuron-device-plugin":      "registry.example.com:5000/ml/neuron-device-plugin:v2",
+				"neuron-scheduler-extender": ecr + "/neuron-scheduler-extender:" + meta.AppVersion,
+				"neuron-dra-driver":         ecr + "/neuron-dra-driver:v3",
+				"neuron-autoscaler":         ecr + "/neuron-autoscaler:" + meta.AppVersion,
 			},
 		},
 	} {
@@ -158,7 +171,9 @@ func TestImageSchema(t *testing.T) {
 		want string // in helm's message; empty: renders
 	}{
 		{"image.repository=registry.example.com/kube-neuron", "additional properties 'repository' not allowed"},
-		{"devicePlugin.image.tag=v1", "additional properties 'tag' not allowed"},
+		{"devicePlugin.image.digest=sha256:0", "additional properties 'digest' not allowed"},
+		{"devicePlugin.image.tag=v1", ""},
+		{"devicePlugin.image.tag=v1:latest", "/devicePlugin/image/tag"},
 		{"autoscaler.image.repository=", "/autoscaler/image/repository"},
 		{"draDriver.image.repository=Neuron", "/draDriver/image/repository"},
 		{"image.registry=https://registry.example.com", "/image/registry"},

@@ -290,8 +290,8 @@ func checkExtender(t *testing.T, m manifest, ns string, replicas int32, hostNetw
 		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
 	}
 	c := spec.Containers[0]
-	if c.Name != "neuron-scheduler-extender" || c.Image != "neuron-scheduler-extender:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
-		t.Errorf("container %q image %q pull %q, want neuron-scheduler-extender neuron-scheduler-extender:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy)
+	if c.Name != "neuron-scheduler-extender" || c.Image != testRegistry+"/neuron-scheduler-extender:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("container %q image %q pull %q, want neuron-scheduler-extender %s/neuron-scheduler-extender:0.1.0 IfNotPresent", c.Name, c.Image, c.ImagePullPolicy, testRegistry)
 	}
 	if !slices.Equal(c.Command, []string{"/neuron-scheduler-extender"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-scheduler-extender] and no args", c.Command, c.Args)

@@ -504,6 +504,18 @@ var contradictions = []struct {
 		"autoscaler.catalog.inline is not a YAML mapping: error converting YAML to JSON: yaml: mapping values are not allowed in this context. It must be an instance catalog file"},
 	{"a catalog of another kind", []string{"autoscaler.enabled=true", "autoscaler.provider=local", "autoscaler.catalog.inline=kind: ConfigMap"},
 		`autoscaler.catalog.inline has apiVersion "" and kind "ConfigMap": an instance catalog file has apiVersion: kube-neuron.io/v1 and kind: InstanceCatalog (docs/catalog.md).`},
+	{"no registry for the images", []string{"image.registry="},
+		`image.registry is empty, so devicePlugin.image (neuron-device-plugin:0.1.0) would be pulled by bare name, which no node can pull: kube-neuron's images are not on a public registry. ` +
+			`Build them (make images) and push them to a registry of yours (docs/images.md, "Push"), then --set image.registry=<registry>, e.g. 111122223333.dkr.ecr.us-west-2.amazonaws.com; ` +
+			`or set image.localImages=true when the images are already loaded into every node's container runtime under these names.`},
+	{"AWS's device plugin image", []string{"devicePlugin.image.repository=public.ecr.aws/neuron/neuron-device-plugin"},
+		"devicePlugin.image.repository is AWS's image, not kube-neuron's: remove it or point it at kube-neuron's neuron-device-plugin (docs/images.md)"},
+	{"an instance type kube-neuron does not know", []string{"neuronInstances={trn1.2xlarge,trn9.xlarge}"},
+		`neuronInstances has "trn9.xlarge", which is not a Neuron instance type kube-neuron knows.`},
+	{"an AWS key without a counterpart, not at AWS's default", []string{"ultraserverOperator.enabled=true"},
+		"ultraserverOperator.enabled is true, but kube-neuron has no UltraServer operator"},
+	{"AWS's custom scheduler image as a table without a tag", []string{"scheduler.enabled=true", "scheduler.customScheduler.image.repository=registry.k8s.io/kube-scheduler"},
+		"scheduler.customScheduler.image.tag is required when scheduler.customScheduler.image is a table"},
 }
 
 // TestEveryContradictionIsRefused renders every contradiction and checks that each `fail` of the

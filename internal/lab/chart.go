@@ -52,6 +52,8 @@ func LabChartValues(realNodes bool, verbosity int) map[string]any {
 		args = []string{fmt.Sprintf("--v=%d", verbosity)}
 	}
 	return map[string]any{
+		// make images puts the images into the lab's registry under their bare names.
+		"image":        map[string]any{"localImages": true},
 		"npd":          map[string]any{"enabled": false},
 		"draDriver":    map[string]any{"enabled": true, "args": args},
 		"devicePlugin": map[string]any{"allowWithDRA": true, "args": args},

@@ -244,13 +244,27 @@ func strictUnmarshal(data []byte, v any) error {
 
 // Lookup returns the instance type with the given name.
 func (c *Catalog) Lookup(name string) (InstanceType, bool) {
-	t, ok := c.types[name]
+	t, ok := c.types[BaseInstanceType(name)]
 	return t, ok
+}
+
+// SageMakerPrefix starts the instance type names of SageMaker HyperPod nodes
+// (node.kubernetes.io/instance-type ml.trn1.32xlarge): the EC2 type behind the prefix.
+const SageMakerPrefix = "ml."
+
+// BaseInstanceType returns the EC2 instance type of a node's instance type label: name without
+// SageMakerPrefix. Such a node has the hardware of its base type, and every part of kube-neuron
+// treats it as that type.
+func BaseInstanceType(name string) string {
+	if base, ok := strings.CutPrefix(name, SageMakerPrefix); ok && base != "" {
+		return base
+	}
+	return name
 }
 
 // Get is Lookup with an error that lists the known types.
 func (c *Catalog) Get(name string) (InstanceType, error) {
-	if t, ok := c.types[name]; ok {
+	if t, ok := c.Lookup(name); ok {
 		return t, nil
 	}
 	return InstanceType{}, fmt.Errorf("instance type %q is not in the catalog (known: %s); add it with a catalog file", name, strings.Join(c.Names(), ", "))

@@ -171,3 +171,18 @@ func TestApplyDoesNotChangeItsBase(t *testing.T) {
 		t.Errorf("base catalog changed: %+v", it)
 	}
 }
+
+// TestSageMakerNamesAreTheirBaseType: a SageMaker HyperPod node's instance type label is the EC2
+// type with "ml." in front; it has that type's hardware.
+func TestSageMakerNamesAreTheirBaseType(t *testing.T) {
+	c := DefaultCatalog()
+	got, err := c.Get("ml.trn1.32xlarge")
+	if err != nil || got.Name != "trn1.32xlarge" {
+		t.Fatalf("Get(ml.trn1.32xlarge) = %q, %v; want trn1.32xlarge", got.Name, err)
+	}
+	for _, name := range []string{"ml.", "ml.trn9.xlarge", "mltrn1.32xlarge"} {
+		if _, ok := c.Lookup(name); ok {
+			t.Errorf("Lookup(%q) found a type", name)
+		}
+	}
+}

@@ -157,7 +157,7 @@ func applyChartRBACAndPolicy(t *testing.T, ctx context.Context) {
 	}
 	helm := strings.TrimSpace(string(out))
 	rendered, err := exec.Command(helm, "template", "kube-neuron", filepath.Join(root, "deployments/helm/kube-neuron"), "--namespace", "kube-system",
-		"--set", "devicePlugin.enabled=false", "--set", "npd.enabled=false", "--set", "draDriver.enabled=true").Output()
+		"--set", "image.localImages=true", "--set", "devicePlugin.enabled=false", "--set", "npd.enabled=false", "--set", "draDriver.enabled=true").Output()
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}

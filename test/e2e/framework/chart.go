@@ -55,7 +55,8 @@ func HelmTemplate(t testing.TB, release, ns string, sets ...string) (string, err
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"template", release, filepath.Join(root, Chart), "--namespace", ns}
+	// The lab's images are in its own registry under their bare names (make images).
+	args := []string{"template", release, filepath.Join(root, Chart), "--namespace", ns, "--set", "image.localImages=true"}
 	for _, s := range sets {
 		if strings.HasPrefix(s, "--") {
 			args = append(args, s)

@@ -17,16 +17,49 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{/*
-A component's image: <image.registry>/<repository>:<image.tag>, without the registry when it is
-empty; the tag defaults to the chart's appVersion. Takes (dict "root" $ "image" <component>.image).
+A component's image: <image.registry>/<repository>:<tag>, without the registry when it is empty or
+when the repository names a registry host itself (as AWS's chart writes its repositories); the tag
+is the component's image.tag, else image.tag, else the chart's appVersion. Takes (dict "root" $
+"image" <component>.image).
 */}}
 {{- define "kube-neuron.image" -}}
 {{- $g := .root.Values.image -}}
-{{- $ref := printf "%s:%s" .image.repository ($g.tag | default .root.Chart.AppVersion) -}}
+{{- $ref := printf "%s:%s" .image.repository (.image.tag | default $g.tag | default .root.Chart.AppVersion) -}}
+{{- if not (include "kube-neuron.hasRegistry" .image.repository) -}}
 {{- with trimSuffix "/" $g.registry -}}
 {{- $ref = printf "%s/%s" . $ref -}}
 {{- end -}}
+{{- end -}}
 {{- $ref -}}
+{{- end -}}
+
+{{/*
+A component's image pull policy: its image.pullPolicy, else image.pullPolicy.
+*/}}
+{{- define "kube-neuron.pullPolicy" -}}
+{{- .image.pullPolicy | default .root.Values.image.pullPolicy -}}
+{{- end -}}
+
+{{/*
+The pod spec fields a component shares with AWS's chart, from its values (c): priorityClassName
+and runtimeClassName when set, imagePullSecrets (the chart's and the component's), nodeSelector.
+Takes (dict "root" $ "c" <component values>).
+*/}}
+{{- define "kube-neuron.podSpecCommon" -}}
+{{- with .c.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with .c.runtimeClassName }}
+runtimeClassName: {{ . | quote }}
+{{- end }}
+{{- with concat (.root.Values.imagePullSecrets | default list) (.c.imagePullSecrets | default list) | uniq }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .c.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/*
@@ -221,6 +254,11 @@ profiles:
 Fails rendering on contradictory values. validate.yaml includes it, so every render runs it.
 */}}
 {{- define "kube-neuron.validate" -}}
+{{- include "kube-neuron.normalize" . -}}
+{{- include "kube-neuron.aws.images" . -}}
+{{- $_ := include "kube-neuron.aws.ignored" . -}}
+{{- include "kube-neuron.neuronInstances" . -}}
+{{- include "kube-neuron.pullable" . -}}
 {{- if and (or .Values.devicePlugin.enabled .Values.draDriver.enabled .Values.npd.enabled) (not (or .Values.neuronInstances .Values.neuronNodes.instanceFamilies .Values.neuronNodes.nodeLabel.key)) -}}
 {{- fail "neuronInstances, neuronNodes.instanceFamilies and neuronNodes.nodeLabel.key are all empty: the Neuron DaemonSets would select no node. Give at least one of them (the chart's defaults list every Neuron instance type and family)." -}}
 {{- end -}}
@@ -282,15 +320,25 @@ Fails rendering on contradictory values. validate.yaml includes it, so every ren
 {{- end -}}
 
 {{/*
+The EKS nodes no node agent runs on (eks.amazonaws.com/compute-type): Fargate and hybrid nodes,
+and Auto Mode nodes, which bring AWS's own Neuron device plugin, unless includeEKSAutoModeNodes.
+*/}}
+{{- define "kube-neuron.eksComputeTypes" -}}
+{{- $types := list "fargate" "hybrid" -}}
+{{- if not .Values.includeEKSAutoModeNodes -}}{{- $types = append $types "auto" -}}{{- end -}}
+{{- toYaml (dict "key" "eks.amazonaws.com/compute-type" "operator" "NotIn" "values" $types) -}}
+{{- end -}}
+
+{{/*
 The nodeSelectorTerms of the Neuron DaemonSets: a node is a Neuron node when any term matches
 (terms are ORed): its Karpenter instance family, its instance type, or the user's own label
 (neuronNodes.nodeLabel). Every term also carries the component's own expressions (a list of
-matchExpressions, .extra) and neuronNodes.extraMatchExpressions, since expressions are ANDed only
+matchExpressions, .extra), kube-neuron.eksComputeTypes and neuronNodes.extraMatchExpressions, since expressions are ANDed only
 within a term. Takes (dict "root" $ "extra" LIST).
 */}}
 {{- define "kube-neuron.neuronNodeTerms" -}}
 {{- $v := .root.Values -}}
-{{- $common := concat (.extra | default list) ($v.neuronNodes.extraMatchExpressions | default list) -}}
+{{- $common := concat (.extra | default list) (list (include "kube-neuron.eksComputeTypes" .root | fromYaml)) ($v.neuronNodes.extraMatchExpressions | default list) -}}
 {{- $terms := list -}}
 {{- with $v.neuronNodes.instanceFamilies -}}
 {{- $terms = append $terms (prepend $common (dict "key" "karpenter.k8s.aws/instance-family" "operator" "In" "values" .)) -}}
