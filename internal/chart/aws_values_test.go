@@ -214,3 +214,42 @@ func TestInstanceTypesFileIsTheCatalog(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrationTableCoversAWSValues: docs/migration.md says, for every key of AWS's 1.10.0
+// values file, what it does here: by its path, or as <c>.<key> for the components the table
+// abbreviates so.
+func TestMigrationTableCoversAWSValues(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/migration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(awsValues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	abbreviated := []string{"devicePlugin", "draDriver", "scheduler", "scheduler.customScheduler", "npd"}
+	// Tables whose keys the doc names one by one; the other tables are named as a whole.
+	deeper := map[string]bool{"devicePlugin": true, "draDriver": true, "scheduler": true, "scheduler.customScheduler": true,
+		"scheduler.defaultScheduler": true, "ultraserverOperator": true, "npd": true, "npd.config": true, "npd.nodeProblemDetector": true, "npd.nodeRecovery": true}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, val := range m {
+			path := strings.TrimPrefix(prefix+"."+k, ".")
+			if sub, ok := val.(map[string]any); ok && deeper[path] {
+				walk(path, sub)
+				continue
+			}
+			mentioned := strings.Contains(string(doc), "`"+path+"`") || strings.Contains(string(doc), "`"+path+".") ||
+				slices.ContainsFunc(abbreviated, func(c string) bool { return prefix == c && strings.Contains(string(doc), "`<c>."+k+"`") })
+			if !mentioned {
+				t.Errorf("docs/migration.md does not say what AWS's key %s does here", path)
+			}
+		}
+	}
+	walk("", v)
+}
