@@ -20,7 +20,8 @@ func newCatalogCommand(o *options) *cobra.Command {
   kubectl-neuron catalog --catalog my-prices.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "table", "json"); err != nil {
+			format, err := parseOutput(output, outTable, outJSON, outYAML, outJSONPath)
+			if err != nil {
 				return err
 			}
 			cat, err := o.catalog()
@@ -28,8 +29,8 @@ func newCatalogCommand(o *options) *cobra.Command {
 				return err
 			}
 			types := cat.Types()
-			if output == "json" {
-				return writeJSON(o.out, types)
+			if format.data() {
+				return writeData(o.out, format, types, false)
 			}
 			w := tabwriter.NewWriter(o.out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(w, "INSTANCE TYPE\tDEVICES\tCORES/DEVICE\tLNC\tNODE CORES\tDEVICE MEM\tTOPOLOGY\tVCPU\tMEMORY\t$/HOUR")
@@ -57,7 +58,7 @@ func newCatalogCommand(o *options) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json, yaml or jsonpath=TEMPLATE")
 	return cmd
 }
 

@@ -158,7 +158,7 @@ func TestCheckUsage(t *testing.T) {
 		{[]string{"check"}, "name the manifests to check with -f FILE"},
 		{[]string{"check", "-f", "/nonexistent.yaml"}, "/nonexistent.yaml"},
 		{[]string{"check", "-f", bad}, "bad.yaml: Pod p:"},
-		{[]string{"check", "-f", bad, "-o", "yaml"}, `output format "yaml" is not supported`},
+		{[]string{"check", "-f", bad, "-o", "xml"}, `output format "xml" is not supported`},
 	} {
 		_, errOut, code := run(t, tc.args...)
 		if code != ExitUsage || !strings.Contains(errOut, tc.want) {

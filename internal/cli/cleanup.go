@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -32,19 +35,77 @@ const (
 	chartSelector = "app.kubernetes.io/part-of=kube-neuron"
 )
 
-type cleanupOptions struct {
-	kubeconfig, context, namespace string
-	yes, force                     bool
+// Values of cleanup's --dry-run, as kubectl writes them.
+const (
+	dryRunNone   = "none"
+	dryRunClient = "client"
+	dryRunServer = "server"
+)
+
+// Modes of a cleanup run (CleanupReport.Mode).
+const (
+	// CleanupListed: nothing was sent (no --yes, or --dry-run=client).
+	CleanupListed = "listed"
+	// CleanupServerDryRun: every removal was sent as a server-side dry run; nothing changed.
+	CleanupServerDryRun = "server-dry-run"
+	// CleanupRemoved: the removals were made (--yes).
+	CleanupRemoved = "removed"
+)
+
+// CleanupReport is `kubectl-neuron cleanup -o json`: what cleanup removes (or removed) and keeps.
+type CleanupReport struct {
+	Mode   string         `json:"mode"`
+	Nodes  []CleanupNode  `json:"nodes"`
+	Leases []CleanupLease `json:"leases"`
 }
+
+// CleanupNode is what cleanup removes from one node, and the keys it keeps that may look like
+// kube-neuron's (Keep says why).
+type CleanupNode struct {
+	Name              string            `json:"name"`
+	RemoveLabels      map[string]string `json:"removeLabels"`
+	RemoveAnnotations []string          `json:"removeAnnotations"`
+	Keep              []string          `json:"keep"`
+}
+
+// CleanupLease is a Lease cleanup deletes.
+type CleanupLease struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+type cleanupOptions struct {
+	namespace, dryRun, output string
+	yes, force                bool
+}
+
+// mode is what the run does: list only, send server-side dry runs, or remove.
+func (co *cleanupOptions) mode() string {
+	switch {
+	case co.dryRun == dryRunServer:
+		return CleanupServerDryRun
+	case co.yes && (co.dryRun == "" || co.dryRun == dryRunNone):
+		return CleanupRemoved
+	}
+	return CleanupListed
+}
+
+// cleanupFormats are the -o formats of cleanup.
+var cleanupFormats = []string{outTable, outJSON, outYAML, outName, outJSONPath}
 
 func newCleanupCommand(o *options) *cobra.Command {
 	co := &cleanupOptions{}
+	var client *clientFlags
 	cmd := &cobra.Command{
 		Use:   "cleanup",
 		Short: "After helm uninstall: remove what kube-neuron's components added to the cluster",
 		Long: `cleanup removes what kube-neuron's components added to the cluster at run time, outside the Helm
 chart's own objects (helm uninstall removes those). Without --yes it only lists what it would
 remove; with --yes it removes it, with merge patches that remove exactly those keys.
+--dry-run=server sends every removal as a server-side dry run (the API server checks it,
+admission included, and changes nothing); --dry-run=client (or --dry-run) only lists, even with
+--yes. The cluster is read as kubectl does (--kubeconfig, --context, --server, --token, --as,
+--request-timeout and kubectl's other client flags).
 
 It removes:
   node labels and annotations whose key is in the kube-neuron.io domain (or a subdomain):
@@ -55,7 +116,7 @@ It removes:
       their values); the published scheduler extension's maps are kept and listed
   the scheduler extender's bind Leases kube-neuron-bind-<node> (label
       app.kubernetes.io/managed-by=neuron-scheduler-extender) and neuron-autoscaler's leader
-      election Lease neuron-autoscaler, in --namespace
+      election Lease neuron-autoscaler, in --namespace (default kube-system, not the context's)
 
 It keeps:
   the UltraServer labels neuron.amazonaws.com/ultraserver-*: the published Neuron stack's keys,
@@ -68,27 +129,53 @@ It keeps:
 Run it after helm uninstall: while the chart's device plugin, DRA driver, extender or autoscaler
 run, they put back what it removes, so --yes refuses unless --force.
 
+Output formats (-o):
+  table              one line per key or Lease, then a summary (default)
+  json, yaml         {"mode", "nodes": [{"name", "removeLabels", "removeAnnotations", "keep"}],
+                     "leases": [{"namespace", "name"}]}; mode is listed, server-dry-run or removed
+  name               node/NAME and lease.coordination.k8s.io/NAME of what is (or would be) changed
+  jsonpath=TEMPLATE  the template over the json document
+
 Exit codes: 0 listed or removed; 1 the chart's workloads still run (--yes without --force);
 2 bad flags; 4 no kubeconfig, or the cluster cannot be reached, read or changed.`,
 		Example: `  kubectl-neuron cleanup                 # what would be removed
+  kubectl-neuron cleanup --dry-run=server  # the API server checks every removal, changes nothing
   kubectl-neuron cleanup --yes
-  kubectl-neuron cleanup --namespace neuron-system --context prod`,
+  kubectl-neuron cleanup -n neuron-system --context prod -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := kubeconfigClient(co.kubeconfig, co.context)
+			if err := co.validate(); err != nil {
+				return err
+			}
+			c, err := client.client()
 			if err != nil {
 				return err
 			}
-			return runCleanup(cmd.Context(), client, co, o.out, o.errOut)
+			return runCleanup(cmd.Context(), c, co, o.out, o.errOut)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&co.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
-	f.StringVar(&co.context, "context", "", "kubeconfig context to use (default: the current context)")
 	f.StringVarP(&co.namespace, "namespace", "n", "kube-system", "namespace the chart was installed in (the extender's --lease-namespace, the autoscaler's --namespace)")
 	f.BoolVar(&co.yes, "yes", false, "remove what is listed (default: only list it)")
 	f.BoolVar(&co.force, "force", false, "with --yes: go ahead although the chart's workloads still run")
+	f.StringVar(&co.dryRun, "dry-run", dryRunNone, `"none", "client" or "server": client only lists (even with --yes); server sends every removal as a server-side dry run`)
+	f.Lookup("dry-run").NoOptDefVal = dryRunClient
+	f.StringVarP(&co.output, "output", "o", outTable, "output format: table, json, yaml, name or jsonpath=TEMPLATE")
+	client = addClientFlags(f)
 	return cmd
+}
+
+func (co *cleanupOptions) validate() error {
+	switch co.dryRun {
+	case "", dryRunNone, dryRunClient, dryRunServer:
+	default:
+		return usageErr("--dry-run %q: use none, client or server", co.dryRun)
+	}
+	if co.namespace == "" {
+		return usageErr("--namespace is empty: name the namespace the chart was installed in (default kube-system)")
+	}
+	_, err := parseOutput(cmp.Or(co.output, outTable), cleanupFormats...)
+	return err
 }
 
 // nodeCleanup is what cleanup removes from one node, and what it keeps that may look like ours.
@@ -174,12 +261,22 @@ func ownLease(name string, lbls map[string]string) bool {
 	return (strings.HasPrefix(name, bindLeasePrefix) && lbls[bindLeaseLabel] == bindLeaseValue) || name == autoscalerLease
 }
 
-// runCleanup lists (and with --yes removes) what kube-neuron's components added to the cluster.
+// runCleanup lists (with --yes removes, with --dry-run=server sends as dry runs) what
+// kube-neuron's components added to the cluster.
 func runCleanup(ctx context.Context, client kubernetes.Interface, co *cleanupOptions, out, errOut io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if err := co.validate(); err != nil {
+		return err
+	}
+	format, _ := parseOutput(cmp.Or(co.output, outTable), cleanupFormats...)
 	warn := func(format string, args ...any) { fmt.Fprintf(errOut, "warning: "+format+"\n", args...) }
+	mode := co.mode()
+	var dryRun []string
+	if mode == CleanupServerDryRun {
+		dryRun = []string{metav1.DryRunAll}
+	}
 
 	running, err := chartWorkloads(ctx, client)
 	if err != nil {
@@ -187,7 +284,7 @@ func runCleanup(ctx context.Context, client kubernetes.Interface, co *cleanupOpt
 	}
 	if len(running) > 0 {
 		msg := fmt.Sprintf("kube-neuron's chart still runs (%s): its components put back what cleanup removes; helm uninstall it first", strings.Join(running, ", "))
-		if co.yes && !co.force {
+		if mode == CleanupRemoved && !co.force {
 			return refused(fmt.Errorf("%s, or pass --force", msg))
 		}
 		warn("%s", msg)
@@ -203,58 +300,109 @@ func runCleanup(ctx context.Context, client kubernetes.Interface, co *cleanupOpt
 	}
 	slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 
-	var lines []string
-	removedKeys, removedLeases := 0, 0
+	report := CleanupReport{Mode: mode, Nodes: []CleanupNode{}, Leases: []CleanupLease{}}
+	finish := func(err error) error {
+		if werr := writeCleanup(out, format, report); werr != nil && err == nil {
+			err = werr
+		}
+		return err
+	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		c := planNodeCleanup(n)
-		for _, k := range c.Kept {
-			lines = append(lines, fmt.Sprintf("node %s: keep %s", n.Name, k))
-		}
-		if c.empty() {
+		if c.empty() && len(c.Kept) == 0 {
 			continue
 		}
-		if co.yes {
-			done, err := removeFromNode(ctx, client, n)
+		if !c.empty() && mode != CleanupListed {
+			done, err := removeFromNode(ctx, client, n, dryRun)
 			if err != nil {
-				fmt.Fprint(out, joinLines(lines))
-				return err
+				return finish(err)
 			}
-			c = done
+			c.Labels, c.Annotations = done.Labels, done.Annotations
 		}
+		rn := CleanupNode{Name: n.Name, RemoveLabels: map[string]string{}, RemoveAnnotations: nonNilStrings(c.Annotations), Keep: nonNilStrings(c.Kept)}
 		for _, k := range c.Labels {
-			lines = append(lines, fmt.Sprintf("node %s: remove label %s=%s", n.Name, k, n.Labels[k]))
+			rn.RemoveLabels[k] = n.Labels[k]
 		}
-		for _, k := range c.Annotations {
-			lines = append(lines, fmt.Sprintf("node %s: remove annotation %s", n.Name, k))
-		}
-		removedKeys += len(c.Labels) + len(c.Annotations)
+		report.Nodes = append(report.Nodes, rn)
 	}
 	for _, l := range leases.Items {
 		if !ownLease(l.Name, l.Labels) {
 			continue
 		}
-		if co.yes {
+		if mode != CleanupListed {
 			uid := l.UID
-			err := client.CoordinationV1().Leases(co.namespace).Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			err := client.CoordinationV1().Leases(co.namespace).Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, DryRun: dryRun})
 			if err != nil && !apierrors.IsNotFound(err) {
-				fmt.Fprint(out, joinLines(lines))
-				return clusterErr(fmt.Sprintf("delete lease %s/%s", co.namespace, l.Name), err)
+				return finish(clusterErr(fmt.Sprintf("delete lease %s/%s", co.namespace, l.Name), err))
 			}
 		}
-		lines = append(lines, fmt.Sprintf("lease %s/%s: delete", co.namespace, l.Name))
-		removedLeases++
+		report.Leases = append(report.Leases, CleanupLease{Namespace: co.namespace, Name: l.Name})
+	}
+	return finish(nil)
+}
+
+func nonNilStrings(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// writeCleanup renders the report in the -o format.
+func writeCleanup(out io.Writer, format outputFormat, r CleanupReport) error {
+	var buf bytes.Buffer
+	switch {
+	case format.data():
+		if err := writeData(&buf, format, r, false); err != nil {
+			return err
+		}
+	case format.name == outName:
+		for _, n := range r.Nodes {
+			if len(n.RemoveLabels)+len(n.RemoveAnnotations) > 0 {
+				fmt.Fprintf(&buf, "node/%s\n", n.Name)
+			}
+		}
+		for _, l := range r.Leases {
+			fmt.Fprintf(&buf, "lease.coordination.k8s.io/%s\n", l.Name)
+		}
+	default:
+		buf.WriteString(cleanupTable(r))
+	}
+	_, err := out.Write(buf.Bytes())
+	return err
+}
+
+// cleanupTable is the table output: one line per key or Lease, then a summary.
+func cleanupTable(r CleanupReport) string {
+	var lines []string
+	keys := 0
+	for _, n := range r.Nodes {
+		for _, k := range n.Keep {
+			lines = append(lines, fmt.Sprintf("node %s: keep %s", n.Name, k))
+		}
+		for _, k := range slices.Sorted(maps.Keys(n.RemoveLabels)) {
+			lines = append(lines, fmt.Sprintf("node %s: remove label %s=%s", n.Name, k, n.RemoveLabels[k]))
+		}
+		for _, k := range n.RemoveAnnotations {
+			lines = append(lines, fmt.Sprintf("node %s: remove annotation %s", n.Name, k))
+		}
+		keys += len(n.RemoveLabels) + len(n.RemoveAnnotations)
+	}
+	for _, l := range r.Leases {
+		lines = append(lines, fmt.Sprintf("lease %s/%s: delete", l.Namespace, l.Name))
 	}
 	switch {
-	case removedKeys == 0 && removedLeases == 0:
+	case keys == 0 && len(r.Leases) == 0:
 		lines = append(lines, "Nothing of kube-neuron's is left on the cluster (besides pod annotations, which go with the pods).")
-	case co.yes:
-		lines = append(lines, fmt.Sprintf("Removed %d node labels and annotations and %d leases.", removedKeys, removedLeases))
+	case r.Mode == CleanupRemoved:
+		lines = append(lines, fmt.Sprintf("Removed %d node labels and annotations and %d leases.", keys, len(r.Leases)))
+	case r.Mode == CleanupServerDryRun:
+		lines = append(lines, fmt.Sprintf("Server dry run: the API server accepted the removal of %d node labels and annotations and %d leases, and changed nothing. Run again with --yes to remove them.", keys, len(r.Leases)))
 	default:
-		lines = append(lines, fmt.Sprintf("Dry run: %d node labels and annotations and %d leases would be removed; nothing was changed. Run again with --yes to remove them.", removedKeys, removedLeases))
+		lines = append(lines, fmt.Sprintf("Dry run: %d node labels and annotations and %d leases would be removed; nothing was changed. Run again with --yes to remove them.", keys, len(r.Leases)))
 	}
-	_, err = fmt.Fprint(out, joinLines(lines))
-	return err
+	return joinLines(lines)
 }
 
 func joinLines(lines []string) string {
@@ -264,18 +412,18 @@ func joinLines(lines []string) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// removeFromNode removes what planNodeCleanup lists, with a merge patch carrying the node's
-// resourceVersion; when the node changed in between, it reads the node again and decides again
+// removeFromNode removes what planNodeCleanup lists (as a server-side dry run with dryRun), with a
+// merge patch carrying the node's resourceVersion; when the node changed in between, it reads the node again and decides again
 // (the usage maps are removed only if they still are what kube-neuron wrote). It returns what it
 // removed.
-func removeFromNode(ctx context.Context, client kubernetes.Interface, n *corev1.Node) (nodeCleanup, error) {
+func removeFromNode(ctx context.Context, client kubernetes.Interface, n *corev1.Node, dryRun []string) (nodeCleanup, error) {
 	name := n.Name
 	for attempt := 0; attempt < 5; attempt++ {
 		c := planNodeCleanup(n)
 		if c.empty() {
 			return c, nil
 		}
-		_, err := client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, removalPatch(c, n.ResourceVersion), metav1.PatchOptions{FieldManager: "kubectl-neuron"})
+		_, err := client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, removalPatch(c, n.ResourceVersion), metav1.PatchOptions{FieldManager: "kubectl-neuron", DryRun: dryRun})
 		switch {
 		case err == nil:
 			return c, nil

@@ -19,7 +19,7 @@ const (
 	ExitOK       = 0
 	ExitRefused  = 1 // the engine refused the request: unsupported count, or it does not fit
 	ExitUsage    = 2 // bad flags or input
-	exitInternal = 3
+	exitInternal = 3 // a bug: please report it
 )
 
 // exitError carries an exit code with its message.
@@ -60,7 +60,16 @@ func NewCommand(out, errOut io.Writer) *cobra.Command {
 
 It uses the same topology engine as the scheduler extender, the device plugin, the DRA driver
 and the autoscaler, so what it plans is what the cluster does. Installed on the PATH it also
-runs as "kubectl neuron".`,
+runs as "kubectl neuron". Every command and its -o formats: docs/kubectl-neuron.md.
+
+Exit codes:
+  0  done (check: no error found)
+  1  refused: the engine refuses the request or it does not fit (plan), check found an error,
+     cleanup --yes while the chart still runs
+  2  bad flags, arguments or input (an unreadable manifest, an unknown instance type)
+  3  internal error
+  4  no kubeconfig, or the cluster cannot be reached, read or changed (nodes, cleanup)
+  5  no Neuron node, or a node named is missing or not a Neuron node (nodes)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -88,15 +97,6 @@ func Main(args []string, out, errOut io.Writer) int {
 	}
 	// cobra's own errors: unknown flags, commands and arguments.
 	return ExitUsage
-}
-
-func checkOutput(format string, allowed ...string) error {
-	for _, a := range allowed {
-		if format == a {
-			return nil
-		}
-	}
-	return usageErr("output format %q is not supported: use one of %v", format, allowed)
 }
 
 // writeJSON writes v indented (lists, such as the catalog).

@@ -127,7 +127,7 @@ func TestPlanRefusals(t *testing.T) {
 		{"device out of range", []string{"--instance-type", "trn1.32xlarge", "--request", "aws.amazon.com/neuron=1", "--in-use-devices", "16"}, ExitUsage, "does not exist"},
 		{"overlap", []string{"--instance-type", "trn1.32xlarge", "--request", "aws.amazon.com/neuron=1", "--in-use-devices", "0", "--in-use-cores", "1"}, ExitUsage, "already in use"},
 		{"bad policy", []string{"--instance-type", "trn1.32xlarge", "--request", "aws.amazon.com/neuron=1", "--policy", "worst-fit"}, ExitUsage, "unknown placement policy"},
-		{"bad output", []string{"--instance-type", "trn1.32xlarge", "--request", "aws.amazon.com/neuron=1", "-o", "yaml"}, ExitUsage, "output format"},
+		{"bad output", []string{"--instance-type", "trn1.32xlarge", "--request", "aws.amazon.com/neuron=1", "-o", "xml"}, ExitUsage, "output format"},
 		{"unknown flag", []string{"--instance", "trn1.32xlarge"}, ExitUsage, "unknown flag"},
 	}
 	for _, tc := range tests {

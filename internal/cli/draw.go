@@ -130,16 +130,57 @@ func describeKind(s *topology.Shape) string {
 	return "single device"
 }
 
+// TopologyReport is `kubectl-neuron topology -o json`: a node's devices and cores, used and free,
+// and which devices are linked.
+type TopologyReport struct {
+	InstanceType   string  `json:"instanceType"`
+	Topology       string  `json:"topology"` // single, chain, ring, torus or switched
+	LNC            int     `json:"lnc"`
+	CoresPerDevice int     `json:"coresPerDevice"`
+	Devices        IDUsage `json:"devices"`
+	Cores          IDUsage `json:"cores"`
+	// Links[d] are the devices linked to device d, as neuron-ls --topology lists them.
+	Links [][]int `json:"links"`
+}
+
+// topologyReport describes the node u.
+func topologyReport(u *topology.Usage) TopologyReport {
+	s := u.Shape()
+	r := TopologyReport{
+		InstanceType: s.Type.Name, Topology: string(s.Kind()), LNC: s.LNC, CoresPerDevice: s.CoresPerDevice,
+		Devices: IDUsage{Total: s.Devices(), Used: nonNil(u.UsedDevices()), Free: nonNil(u.FreeDevices())},
+		Cores:   IDUsage{Total: s.Cores(), Used: nonNil(u.UsedCores()), Free: nonNil(u.FreeCores())},
+		Links:   make([][]int, s.Devices()),
+	}
+	for d := range s.Devices() {
+		r.Links[d] = nonNil(s.Graph().Neighbors(d))
+	}
+	return r
+}
+
 func newTopologyCommand(o *options) *cobra.Command {
-	var instanceType, inUseDevices, inUseCores string
+	var instanceType, inUseDevices, inUseCores, output string
 	var lnc int
 	cmd := &cobra.Command{
 		Use:   "topology",
 		Short: "Draw a node's Neuron devices and cores, used and free",
+		Long: `topology draws a node of an instance type: the 4x4 grid of torus types, a ring or chain line
+otherwise, '#' a core in use, '.' a free core.
+
+Output formats (-o):
+  table              the drawing (default)
+  json, yaml         {"instanceType", "topology", "lnc", "coresPerDevice", "devices", "cores",
+                     "links"}: devices and cores as {"total", "used", "free"}, links[d] the
+                     devices linked to device d
+  jsonpath=TEMPLATE  the template over the json document, e.g. -o jsonpath='{.devices.free}'`,
 		Example: `  kubectl-neuron topology --instance-type trn1.32xlarge --in-use-devices 0-3 --in-use-cores 9
-  kubectl-neuron topology --instance-type inf2.48xlarge`,
+  kubectl-neuron topology --instance-type inf2.48xlarge -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := parseOutput(output, outTable, outJSON, outYAML, outJSONPath)
+			if err != nil {
+				return err
+			}
 			cat, err := o.catalog()
 			if err != nil {
 				return err
@@ -147,6 +188,9 @@ func newTopologyCommand(o *options) *cobra.Command {
 			u, err := shapeFor(cat, instanceType, lnc, inUseDevices, inUseCores)
 			if err != nil {
 				return err
+			}
+			if format.data() {
+				return writeData(o.out, format, topologyReport(u), false)
 			}
 			_, err = fmt.Fprint(o.out, DrawTopology(u, topology.Allocation{}))
 			return err
@@ -157,5 +201,6 @@ func newTopologyCommand(o *options) *cobra.Command {
 	f.StringVar(&inUseDevices, "in-use-devices", "", "devices in use, like 0-3,8")
 	f.StringVar(&inUseCores, "in-use-cores", "", "global core ids in use, like 0-1")
 	f.IntVar(&lnc, "lnc", 0, "Logical NeuronCore config, 1 or 2 (default: the catalog's default)")
+	f.StringVarP(&output, "output", "o", outTable, "output format: table, json, yaml or jsonpath=TEMPLATE")
 	return cmd
 }

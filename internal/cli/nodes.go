@@ -2,26 +2,25 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	apiv1 "github.com/kube-neuron/kube-neuron/api/neuron.aws.com/v1"
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
@@ -74,21 +73,29 @@ type NodeHolder struct {
 }
 
 type nodesOptions struct {
-	kubeconfig, context, output, node string
-	noMap                             bool
+	output, node, selector string
+	names                  []string
+	noMap                  bool
 }
+
+// nodesFormats are the -o formats of nodes.
+var nodesFormats = []string{outTable, outWide, outJSON, outYAML, outName, outJSONPath}
 
 func newNodesCommand(o *options) *cobra.Command {
 	no := &nodesOptions{}
+	var client *clientFlags
 	cmd := &cobra.Command{
-		Use:   "nodes",
+		Use:   "nodes [NAME...] [-l SELECTOR]",
 		Short: "List the cluster's Neuron nodes with the devices and cores in use, and who holds them",
 		Long: `nodes reads the cluster (the kubeconfig is loaded as kubectl does: --kubeconfig, else
-$KUBECONFIG, else ~/.kube/config; --context picks a context) and lists every Neuron node, a node
-whose node.kubernetes.io/instance-type label is in the catalog, with its allocation mode
+$KUBECONFIG, else ~/.kube/config; --context, --server, --token, --as, --request-timeout and
+kubectl's other client flags apply) and lists every Neuron node, a node whose
+node.kubernetes.io/instance-type label is in the catalog, with its allocation mode
 (label kube-neuron.io/allocation-mode; a node without it is served by the device plugin), its LNC,
 and its devices and cores in use. The table is followed by each node's topology map, every core
 marked with the letter of the pod that holds it (--no-map leaves the maps out).
+
+NAME... (or --node) shows only those nodes; -l shows only the nodes its label selector matches.
 
 What is in use comes from:
   device-plugin nodes  the kube-neuron.io/allocation record of every pod that has not terminated;
@@ -99,72 +106,53 @@ What is in use comes from:
 A record or claim that does not fit the node or overlaps another is not counted and is reported
 as a warning on stderr.
 
+Output formats (-o):
+  table              the table, then the maps (default)
+  wide               the table with the used device and core ids and the number of holders
+  json, yaml         every node with its used and free ids and its holders (a list)
+  name               node/NAME, one a line
+  jsonpath=TEMPLATE  the template over the json document, e.g. -o jsonpath='{[*].name}'
+
 Exit codes: 0 listed; 2 bad flags, --kubeconfig or --context; 4 no kubeconfig, or the cluster
-cannot be reached or read; 5 no Neuron node (or --node names none).`,
+cannot be reached or read; 5 no Neuron node (or a NAME, --node or -l names none).`,
 		Example: `  kubectl-neuron nodes
-  kubectl-neuron nodes --node trn1-a -o wide
-  kubectl-neuron nodes --context prod --no-map
-  kubectl-neuron nodes -o json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(no.output, "table", "wide", "json"); err != nil {
+  kubectl-neuron nodes trn1-a trn1-b -o wide
+  kubectl-neuron nodes -l kube-neuron.io/allocation-mode=dra --context prod --no-map
+  kubectl-neuron nodes -o jsonpath='{range [*]}{.name}{"\t"}{.devices.free}{"\n"}{end}'`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := parseOutput(no.output, nodesFormats...); err != nil {
 				return err
+			}
+			no.names = args
+			if no.node != "" {
+				no.names = append(no.names, no.node)
+			}
+			if no.selector != "" {
+				if len(no.names) > 0 {
+					return usageErr("name nodes or give a selector (-l), not both")
+				}
+				if _, err := k8slabels.Parse(no.selector); err != nil {
+					return usageErr("-l %q: %v", no.selector, err)
+				}
 			}
 			cat, err := o.catalog()
 			if err != nil {
 				return err
 			}
-			client, err := kubeconfigClient(no.kubeconfig, no.context)
+			c, err := client.client()
 			if err != nil {
 				return err
 			}
-			return runNodes(cmd.Context(), client, cat, no, o.out, o.errOut)
+			return runNodes(cmd.Context(), c, cat, no, o.out, o.errOut)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&no.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
-	f.StringVar(&no.context, "context", "", "kubeconfig context to use (default: the current context)")
-	f.StringVarP(&no.output, "output", "o", "table", "output format: table, wide (with the used ids) or json")
-	f.StringVar(&no.node, "node", "", "show only this node")
+	f.StringVarP(&no.output, "output", "o", outTable, "output format: table, wide (with the used ids), json, yaml, name or jsonpath=TEMPLATE")
+	f.StringVar(&no.node, "node", "", "show only this node (the same as naming it)")
+	f.StringVarP(&no.selector, "selector", "l", "", "label selector of the nodes to show, like kube-neuron.io/allocation-mode=dra (=, ==, !=, in, notin, exists)")
 	f.BoolVar(&no.noMap, "no-map", false, "print the table without the topology maps (table and wide output)")
+	client = addClientFlags(f)
 	return cmd
-}
-
-// kubeconfigClient builds a client the way kubectl loads its configuration.
-func kubeconfigClient(kubeconfig, kubeContext string) (kubernetes.Interface, error) {
-	if kubeconfig != "" {
-		if _, err := os.Stat(kubeconfig); err != nil {
-			return nil, usageErr("--kubeconfig: %w", err)
-		}
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubeContext}
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	if kubeContext != "" {
-		if raw, err := loader.RawConfig(); err == nil {
-			if _, ok := raw.Contexts[kubeContext]; !ok {
-				return nil, usageErr("--context %q: the kubeconfig has no such context (kubectl config get-contexts lists them)", kubeContext)
-			}
-		}
-	}
-	cfg, err := loader.ClientConfig()
-	switch {
-	case err != nil && clientcmd.IsEmptyConfig(err):
-		return nil, &exitError{code: ExitCluster, err: errors.New("no kubeconfig found: pass --kubeconfig, set $KUBECONFIG or write ~/.kube/config (kubectl config view shows what kubectl uses)")}
-	case err != nil && clientcmd.IsConfigurationInvalid(err):
-		return nil, usageErr("the kubeconfig is not usable: %w (kubectl config get-contexts lists the contexts)", err)
-	case err != nil:
-		return nil, &exitError{code: ExitCluster, err: fmt.Errorf("loading the kubeconfig: %w", err)}
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = time.Minute
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, &exitError{code: ExitCluster, err: fmt.Errorf("the kubeconfig's cluster %s: %w", cfg.Host, err)}
-	}
-	return client, nil
 }
 
 func clusterErr(what string, err error) error {
@@ -198,35 +186,16 @@ func runNodes(ctx context.Context, client kubernetes.Interface, cat *topology.Ca
 	}
 	warn := func(format string, args ...any) { fmt.Fprintf(errOut, "warning: "+format+"\n", args...) }
 
-	var nodes []*corev1.Node
-	if no.node != "" {
-		n, err := client.CoreV1().Nodes().Get(ctx, no.node, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return &exitError{code: ExitNoNodes, err: fmt.Errorf("node %q not found: kubectl get nodes lists the nodes, kubectl-neuron nodes the Neuron ones", no.node)}
-		}
-		if err != nil {
-			return clusterErr("get node "+no.node, err)
-		}
-		if !allocation.IsNeuronNode(cat, n) {
-			return &exitError{code: ExitNoNodes, err: fmt.Errorf("node %s is not a Neuron node: its %s label %q is not in the catalog (kubectl-neuron catalog lists the types; --catalog adds your own)",
-				n.Name, labels.InstanceType, n.Labels[labels.InstanceType])}
-		}
-		nodes = append(nodes, n)
-	} else {
-		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return clusterErr("list nodes", err)
-		}
-		for i := range list.Items {
-			if allocation.IsNeuronNode(cat, &list.Items[i]) {
-				nodes = append(nodes, &list.Items[i])
-			}
-		}
-		slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
-		if len(nodes) == 0 {
-			return &exitError{code: ExitNoNodes, err: fmt.Errorf("the cluster has no Neuron node (%d nodes, none with a %s label in the catalog): check the context (--context), and for a type of your own add it with --catalog",
-				len(list.Items), labels.InstanceType)}
-		}
+	format, err := parseOutput(cmp.Or(no.output, outTable), nodesFormats...)
+	if err != nil {
+		return err
+	}
+	if no.node != "" && len(no.names) == 0 {
+		no.names = []string{no.node}
+	}
+	nodes, err := neuronNodes(ctx, client, cat, no.names, no.selector)
+	if err != nil {
+		return err
 	}
 
 	var states []*nodeState
@@ -302,15 +271,23 @@ func runNodes(ctx context.Context, client kubernetes.Interface, cat *topology.Ca
 
 	// Render fully before writing, so that a failure never leaves half an answer on stdout.
 	var buf bytes.Buffer
-	if no.output == "json" {
-		if err := writeJSON(&buf, reports); err != nil {
+	switch {
+	case format.data():
+		if err := writeData(&buf, format, reports, false); err != nil {
 			return err
 		}
 		_, err := out.Write(buf.Bytes())
 		return err
+	case format.name == outName:
+		for _, r := range reports {
+			fmt.Fprintf(&buf, "node/%s\n", r.Name)
+		}
+		_, err := out.Write(buf.Bytes())
+		return err
 	}
+	wide := format.name == outWide
 	w := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	if no.output == "wide" {
+	if wide {
 		fmt.Fprintln(w, "NAME\tINSTANCE TYPE\tMODE\tLNC\tDEVICES\tCORES\tUSED DEVICES\tUSED CORES\tHOLDERS")
 	} else {
 		fmt.Fprintln(w, "NAME\tINSTANCE TYPE\tMODE\tLNC\tDEVICES\tCORES")
@@ -318,7 +295,7 @@ func runNodes(ctx context.Context, client kubernetes.Interface, cat *topology.Ca
 	for _, r := range reports {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d/%d\t%d/%d", r.Name, r.InstanceType, r.Mode, r.LNC,
 			len(r.Devices.Used), r.Devices.Total, len(r.Cores.Used), r.Cores.Total)
-		if no.output == "wide" {
+		if wide {
 			fmt.Fprintf(w, "\t%s\t%s\t%d", orDash(r.Devices.Used), orDash(r.Cores.Used), len(r.Holders))
 		}
 		fmt.Fprintln(w)
@@ -346,8 +323,56 @@ func runNodes(ctx context.Context, client kubernetes.Interface, cat *topology.Ca
 			}
 		}
 	}
-	_, err := out.Write(buf.Bytes())
+	_, err = out.Write(buf.Bytes())
 	return err
+}
+
+// neuronNodes gets the named nodes, or lists the nodes the selector matches (all without one),
+// and returns the Neuron ones; it is an ExitNoNodes error when a named node is missing or not a
+// Neuron node, or the list has no Neuron node.
+func neuronNodes(ctx context.Context, client kubernetes.Interface, cat *topology.Catalog, names []string, selector string) ([]*corev1.Node, error) {
+	var nodes []*corev1.Node
+	if len(names) > 0 {
+		seen := map[string]bool{}
+		for _, name := range names {
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil, &exitError{code: ExitNoNodes, err: fmt.Errorf("node %q not found: kubectl get nodes lists the nodes, kubectl-neuron nodes the Neuron ones", name)}
+			}
+			if err != nil {
+				return nil, clusterErr("get node "+name, err)
+			}
+			if !allocation.IsNeuronNode(cat, n) {
+				return nil, &exitError{code: ExitNoNodes, err: fmt.Errorf("node %s is not a Neuron node: its %s label %q is not in the catalog (kubectl-neuron catalog lists the types; --catalog adds your own)",
+					n.Name, labels.InstanceType, n.Labels[labels.InstanceType])}
+			}
+			nodes = append(nodes, n)
+		}
+		return nodes, nil
+	}
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, clusterErr("list nodes", err)
+	}
+	for i := range list.Items {
+		if allocation.IsNeuronNode(cat, &list.Items[i]) {
+			nodes = append(nodes, &list.Items[i])
+		}
+	}
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	if len(nodes) > 0 {
+		return nodes, nil
+	}
+	if selector != "" {
+		return nil, &exitError{code: ExitNoNodes, err: fmt.Errorf("no Neuron node matches -l %s (%d nodes match it, none with a %s label in the catalog): kubectl get nodes -l '%s' --show-labels shows them",
+			selector, len(list.Items), labels.InstanceType, selector)}
+	}
+	return nil, &exitError{code: ExitNoNodes, err: fmt.Errorf("the cluster has no Neuron node (%d nodes, none with a %s label in the catalog): check the context (--context), and for a type of your own add it with --catalog",
+		len(list.Items), labels.InstanceType)}
 }
 
 // recordPods lists the pods of every namespace once and returns, per node, the pods whose

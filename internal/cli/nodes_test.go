@@ -335,8 +335,10 @@ current-context: ctx
 		wantCode int
 		want     string
 	}{
-		{"bad output", []string{"nodes", "-o", "yaml"}, ExitUsage, `output format "yaml" is not supported`},
-		{"args", []string{"nodes", "x"}, ExitUsage, "unknown command"},
+		{"bad output", []string{"nodes", "-o", "xml"}, ExitUsage, `output format "xml" is not supported`},
+		{"names and a selector", []string{"nodes", "x", "-l", "a=b"}, ExitUsage, "name nodes or give a selector (-l), not both"},
+		{"bad selector", []string{"nodes", "-l", "a in (b"}, ExitUsage, `-l "a in (b": `},
+		{"a name", []string{"nodes", "x"}, ExitCluster, "cannot get node x: "},
 		{"missing kubeconfig", []string{"nodes", "--kubeconfig", filepath.Join(dir, "nope")}, ExitUsage, "--kubeconfig: stat"},
 		{"missing context", []string{"nodes", "--context", "nope"}, ExitUsage, `--context "nope": the kubeconfig has no such context`},
 		{"unreachable via $KUBECONFIG", []string{"nodes"}, ExitCluster, "cannot list nodes: "},

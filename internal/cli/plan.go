@@ -49,7 +49,7 @@ free devices for a valid request that does not fit now. Bad flags exit 2.`,
 	f.StringVar(&p.inUseCores, "in-use-cores", "", "global core ids already in use, like 0-1")
 	f.IntVar(&p.lnc, "lnc", 0, "Logical NeuronCore config, 1 or 2 (default: the catalog's default for the type)")
 	f.StringVar(&p.policy, "policy", string(topology.BestFit), "placement policy: best-fit or first-fit")
-	f.StringVarP(&p.output, "output", "o", "table", "output format: table or json")
+	f.StringVarP(&p.output, "output", "o", "table", "output format: table, json (one line), yaml or jsonpath=TEMPLATE")
 	return cmd
 }
 
@@ -70,7 +70,8 @@ func parseRequest(s string) (string, topology.Request, error) {
 }
 
 func runPlan(o *options, p *planOptions) error {
-	if err := checkOutput(p.output, "table", "json"); err != nil {
+	format, err := parseOutput(p.output, outTable, outJSON, outYAML, outJSONPath)
+	if err != nil {
 		return err
 	}
 	policy, err := topology.ParsePolicy(p.policy)
@@ -102,8 +103,8 @@ func runPlan(o *options, p *planOptions) error {
 	res := PlanResult{InstanceType: p.instanceType, Resource: resource, Count: req.Count, Devices: fit.Devices, Cores: fit.Cores}
 	// Render fully before writing, so that a failure never leaves half an answer on stdout.
 	var buf bytes.Buffer
-	if p.output == "json" {
-		if err := writeJSONLine(&buf, res); err != nil {
+	if format.data() {
+		if err := writeData(&buf, format, res, true); err != nil {
 			return err
 		}
 	} else {

@@ -33,7 +33,8 @@ at least that many free devices (or cores). The same seed gives the same stream 
   kubectl-neuron simulate --compare --seeds 1-5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "table", "json"); err != nil {
+			format, err := parseOutput(output, outTable, outJSON, outYAML, outJSONPath)
+			if err != nil {
 				return err
 			}
 			cat, err := o.catalog()
@@ -45,7 +46,7 @@ at least that many free devices (or cores). The same seed gives the same stream 
 				if err != nil || len(ids) == 0 {
 					return usageErr("--seeds %q: give seeds like 1-5", seeds)
 				}
-				return runCompare(o, cat, ids, output)
+				return runCompare(o, cat, ids, format)
 			}
 			p, err := topology.ParsePolicy(policy)
 			if err != nil {
@@ -57,8 +58,8 @@ at least that many free devices (or cores). The same seed gives the same stream 
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				return writeJSONLine(o.out, res)
+			if format.data() {
+				return writeData(o.out, format, res, true)
 			}
 			return writeSimTable(o, []fleet.Result{res}, false)
 		},
@@ -68,11 +69,11 @@ at least that many free devices (or cores). The same seed gives the same stream 
 	f.Uint64Var(&seed, "seed", 1, "seed of the request stream")
 	f.BoolVar(&compare, "compare", false, "run both policies over --seeds and compare them")
 	f.StringVar(&seeds, "seeds", "1-5", "seeds for --compare, like 1-5")
-	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	f.StringVarP(&output, "output", "o", "table", "output format: table, json, yaml or jsonpath=TEMPLATE")
 	return cmd
 }
 
-func runCompare(o *options, cat *topology.Catalog, seeds []int, output string) error {
+func runCompare(o *options, cat *topology.Catalog, seeds []int, format outputFormat) error {
 	var results []fleet.Result
 	for _, s := range seeds {
 		for _, p := range topology.Policies {
@@ -85,8 +86,8 @@ func runCompare(o *options, cat *topology.Catalog, seeds []int, output string) e
 			results = append(results, res)
 		}
 	}
-	if output == "json" {
-		return writeJSON(o.out, results)
+	if format.data() {
+		return writeData(o.out, format, results, false)
 	}
 	return writeSimTable(o, results, true)
 }
