@@ -63,7 +63,8 @@ const LeaseName = "neuron-autoscaler"
 // Defaults of ControllerOptions.
 const (
 	DefaultRegisterTimeout = 15 * time.Minute
-	// eventInterval: the same event message on the same object is not repeated sooner.
+	// eventInterval: an object's event of one reason is not repeated sooner with the same
+	// message (cluster-autoscaler's spam filter: one per message and 5 minutes).
 	eventInterval = 5 * time.Minute
 	// resyncInterval: a round runs at least this often (scale-down, launch timeouts, pods
 	// that stay pending).
@@ -136,9 +137,9 @@ type ControllerOptions struct {
 // settled (released and Ready for 30 seconds and, with the device plugin, advertising Neuron
 // capacity), so a round, or a restarted controller, never launches a second node for a pod. A
 // node that does not become Ready within RegisterTimeout is deleted and its pods planned again.
-// Pods that fail Check get its problems as NotTriggerScaleUp events; the others go to Plan, and
-// every decision is an event on the pod (the same message at most once in five minutes) and a
-// nomination of the pod to its node. A node launches with LaunchingTaint and takes pods only
+// Pods that fail Check get one NotTriggerScaleUp event that lists its problems; the others go to
+// Plan, and every decision is an event on the pod and a nomination of the pod to its node. An
+// event is repeated when its message changes, else after five minutes. A node launches with LaunchingTaint and takes pods only
 // once release removes it: when it serves and its pods are nominated to it. A node the
 // autoscaler launched that holds no pod (DaemonSet and mirror pods, and finished pods, aside)
 // and no pending pod planned onto it for ScaleDownAfter is cordoned, checked again against the
@@ -173,7 +174,7 @@ type Controller struct {
 	// cordoned are the nodes this controller cordoned to remove them and has neither removed
 	// nor uncordoned yet (an uncordon that failed is retried at the next round).
 	cordoned map[string]bool
-	emitted  map[string]time.Time // event key -> when it was last emitted
+	emitted  map[eventKey]emission // the last event of each reason on each object
 	// upSince: launched nodes that still carry LaunchingTaint and serve Neuron hardware, since
 	// when this controller has seen them so (a restarted controller waits releaseWait again).
 	upSince map[string]time.Time
@@ -234,7 +235,7 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	return &Controller{
 		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{}, restore: map[string]restoreNomination{},
 		plan: Plan, tracked: map[string]*tracked{}, registered: map[string]bool{}, retired: map[string]bool{}, emptySince: map[string]time.Time{}, cordoned: map[string]bool{},
-		emitted: map[string]time.Time{}, upSince: map[string]time.Time{}, released: map[string]time.Time{}, placedLast: map[string]string{},
+		emitted: map[eventKey]emission{}, upSince: map[string]time.Time{}, released: map[string]time.Time{}, placedLast: map[string]string{},
 	}, nil
 }
 
@@ -529,11 +530,7 @@ func (c *Controller) nominationCleared(ctx context.Context, oldObj, obj any) {
 // through the provider, the release of the launched nodes that are up, then the scale-down.
 func (c *Controller) reconcile(ctx context.Context) error {
 	now := c.o.Now()
-	for k, at := range c.emitted {
-		if now.Sub(at) >= eventInterval {
-			delete(c.emitted, k)
-		}
-	}
+	maps.DeleteFunc(c.emitted, func(_ eventKey, e emission) bool { return now.Sub(e.at) >= eventInterval })
 	nodeList, err := c.nodes.List(klabels.Everything())
 	if err != nil {
 		return err
@@ -1188,9 +1185,7 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 			continue
 		}
 		c.metrics.decisions.WithLabelValues(ReasonNotTriggerScaleUp).Inc()
-		for _, p := range problems {
-			c.event(ctx, d.Pod, corev1.EventTypeWarning, p.Reason, p.Message)
-		}
+		c.event(ctx, d.Pod, corev1.EventTypeWarning, ReasonNotTriggerScaleUp, problemsMessage(problems))
 	}
 	if len(ok) == 0 {
 		return nil
@@ -1564,20 +1559,51 @@ func (c *Controller) uncordon(ctx context.Context, name string) {
 	delete(c.cordoned, name)
 }
 
-// event records an event unless the same one was recorded on the object in the last
-// eventInterval.
+// eventKey is an object and an event reason: the object's latest event of that reason is kept
+// in Controller.emitted.
+type eventKey struct {
+	UID             types.UID
+	Namespace, Name string
+	Reason          string
+}
+
+// emission is an event this controller recorded, and when.
+type emission struct {
+	msg string
+	at  time.Time
+}
+
+// event records an event on the object unless the object's last event of that reason, recorded
+// less than eventInterval ago, has the same message: a decision that stays the same is told
+// once in eventInterval, a changed one at once (also when it changes back). Each caller records
+// one event per object, reason and round, so that alternating messages are not repeated every
+// round.
 func (c *Controller) event(ctx context.Context, obj runtime.Object, eventType, reason, msg string) {
 	m, ok := obj.(metav1.Object)
 	if !ok {
 		return
 	}
-	key := string(m.GetUID()) + "/" + m.GetNamespace() + "/" + m.GetName() + "\x00" + reason + "\x00" + msg
-	if _, ok := c.emitted[key]; ok {
+	key := eventKey{UID: m.GetUID(), Namespace: m.GetNamespace(), Name: m.GetName(), Reason: reason}
+	now := c.o.Now()
+	if last, ok := c.emitted[key]; ok && last.msg == msg && now.Sub(last.at) < eventInterval {
 		return
 	}
-	c.emitted[key] = c.o.Now()
+	c.emitted[key] = emission{msg: msg, at: now}
 	klog.FromContext(ctx).V(2).Info("Event", "object", klog.KObj(m), "type", eventType, "reason", reason, "message", msg)
 	c.recorder.Event(obj, eventType, reason, msg)
+}
+
+// problemsMessage is the message of a pod's NotTriggerScaleUp event: its one problem, or every
+// problem, numbered.
+func problemsMessage(problems []Problem) string {
+	if len(problems) == 1 {
+		return problems[0].Message
+	}
+	parts := make([]string, len(problems))
+	for i, p := range problems {
+		parts[i] = fmt.Sprintf("(%d) %s", i+1, p.Message)
+	}
+	return fmt.Sprintf("%d problems: %s", len(problems), strings.Join(parts, "; "))
 }
 
 // forgetMissing drops the entries of nodes that are no longer there.

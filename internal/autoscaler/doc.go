@@ -7,8 +7,8 @@
 // aws.amazon.com/neuron=true:NoSchedule, sets its Neuron resources in limits (equal to requests),
 // the device plugin DaemonSet (DRA pods: the DRA driver DaemonSet) is installed, its nodeSelector
 // and required node affinity allow a new Neuron node, and some instance type it allows can serve
-// its request under the topology rules. Every problem is a NotTriggerScaleUp event that says
-// what is wrong and how to fix it.
+// its request under the topology rules. Every problem says what is wrong and how to fix it; the
+// controller tells a pod its problems in one NotTriggerScaleUp event.
 //
 // Plan chooses the nodes: it simulates each candidate node with the topology engine (the same
 // allocation.Plan the scheduler extender binds with, so a new node can always take the pods
