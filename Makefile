@@ -21,7 +21,8 @@ help: ## Show this help
 	@echo
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
 	@echo
-	@echo "Variables: FLEET (lab fleet file), PLATFORMS (images, default $(PLATFORMS)), KUBE_NEURON_REAL_NODES (0: no real nodes in the demo and the tests),"
+	@echo "Variables: FLEET (lab fleet file), COMPONENTS (lab-up: a comma list of the binaries to run, as neuron-lab --components; default all four, the autoscaler too),"
+	@echo "           PLATFORMS (images, default $(PLATFORMS)), KUBE_NEURON_REAL_NODES (0: no real nodes in the demo and the tests),"
 	@echo "           FUZZTIME (fuzz time per target, default $(FUZZTIME)), SEEDS (simulate seeds, default $(SEEDS))"
 
 .PHONY: build
@@ -71,13 +72,20 @@ e2e: ## Run the e2e tests on labs (real control plane; simulated nodes, then the
 	$(GO) test -race -count=1 -tags e2e -timeout 30m ./test/e2e/realnode/
 
 .PHONY: lab-up
-lab-up: build ## Start the lab in the background and install the chart with helm (FLEET=file chooses the fleet); kubeconfig in .lab/kubeconfig
+lab-up: build ## Start the lab in the background with every component, the autoscaler too (COMPONENTS=a,b chooses; FLEET=file the fleet), the chart installed with helm; kubeconfig in .lab/kubeconfig
 	@mkdir -p $(LAB_DIR)
-	$(BIN)/neuron-lab up --dir $(LAB_DIR) $(LAB_FLAGS) $(if $(REAL_FLEET),$$(hack/real-nodes.sh)) $(if $(FLEET),--fleet $(FLEET))
+	$(BIN)/neuron-lab up --dir $(LAB_DIR) $(LAB_FLAGS) $(if $(REAL_FLEET),$$(hack/real-nodes.sh)) $(if $(FLEET),--fleet $(FLEET)) $(if $(COMPONENTS),--components $(COMPONENTS))
+
+# lab-status and lab-down use the neuron-lab that lab-up built (building it when there is none).
+.PHONY: lab-status
+lab-status: ## Say whether the lab runs: its nodes, components, kubeconfig and why each pending pod waits (fails when none runs)
+	@[ -x $(BIN)/neuron-lab ] || $(GO) build -o $(BIN)/ ./cmd/neuron-lab
+	@$(BIN)/neuron-lab status --dir $(LAB_DIR)
 
 .PHONY: lab-down
-lab-down: ## Stop the lab that lab-up started
-	@if [ -x $(BIN)/neuron-lab ]; then $(BIN)/neuron-lab down --dir $(LAB_DIR); else $(GO) run ./cmd/neuron-lab down --dir $(LAB_DIR); fi
+lab-down: ## Stop the lab that lab-up started, and say what it stopped (or that nothing ran)
+	@[ -x $(BIN)/neuron-lab ] || $(GO) build -o $(BIN)/ ./cmd/neuron-lab
+	@$(BIN)/neuron-lab down --dir $(LAB_DIR)
 
 .PHONY: lint
 lint: ## Run go vet and the pinned staticcheck (e2e tests included)

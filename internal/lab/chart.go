@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -122,6 +123,7 @@ func (l *Lab) Helm(ctx context.Context, helm string, args ...string) (string, er
 // every DaemonSet of the release has a ready pod on each node it selects.
 func (l *Lab) waitForRelease(ctx context.Context, release string, timeout time.Duration) error {
 	var last string
+	var never error // a pod no node will take
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		pods, err := l.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
 		if err != nil {
@@ -133,10 +135,23 @@ func (l *Lab) waitForRelease(ctx context.Context, release string, timeout time.D
 			pods.Items = append(pods.Items, dns.Items...)
 		}
 		var waiting []string
+		facts := PendingFacts{SystemNode: l.real != nil, MyScheduler: true, Autoscaler: slices.Contains(l.opts.Components, ComponentAutoscaler)}
 		for _, p := range pods.Items {
-			if !podReady(&p) {
-				waiting = append(waiting, fmt.Sprintf("%s/%s on %q: %s", p.Namespace, p.Name, p.Spec.NodeName, podState(&p)))
+			if podReady(&p) {
+				continue
 			}
+			if p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" {
+				waiting = append(waiting, fmt.Sprintf("%s/%s on %q: %s", p.Namespace, p.Name, p.Spec.NodeName, podState(&p)))
+				continue
+			}
+			why := ExplainPending(&p, nil, facts)
+			// No node will ever take the extender's or my-scheduler's pods in a lab without
+			// real nodes: say so now rather than after the timeout.
+			if !facts.SystemNode && unschedulable(&p) && isChartScheduler(&p) {
+				never = fmt.Errorf("%s/%s is Pending: %s", p.Namespace, p.Name, strings.ReplaceAll(why, "\n", "; "))
+				return false, never
+			}
+			waiting = append(waiting, fmt.Sprintf("%s/%s is Pending: %s", p.Namespace, p.Name, strings.ReplaceAll(why, "\n", "; ")))
 		}
 		dss, err := l.client.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
 		if err != nil {
@@ -151,7 +166,10 @@ func (l *Lab) waitForRelease(ctx context.Context, release string, timeout time.D
 		last = strings.Join(waiting, "; ")
 		return len(waiting) == 0, nil
 	})
-	if err != nil {
+	switch {
+	case never != nil:
+		return never
+	case err != nil:
 		return fmt.Errorf("the chart's pods are not ready after %v: %s: %w", timeout, last, err)
 	}
 	return nil

@@ -300,13 +300,21 @@ func updateState(dir string, change func([]State) []State) error {
 // signalled while /proc/<pid>/cmdline names the recorded binary as argv[0], so a reused PID is
 // left alone. Stopped records are removed from the state. A missing state is not an error.
 func StopFromState(dir string) error {
+	_, err := stopFromState(dir)
+	return err
+}
+
+// stopFromState is StopFromState; it also returns the records of the processes that still ran
+// and were stopped.
+func stopFromState(dir string) ([]State, error) {
 	entries, err := ReadState(dir)
 	if err != nil || len(entries) == 0 {
-		return err
+		return nil, err
 	}
 	slices.SortStableFunc(entries, func(a, b State) int { return a.StopOrder - b.StopOrder })
 	var errs []error
 	var done []int
+	var stopped []State
 	for len(entries) > 0 {
 		n := 1
 		for n < len(entries) && entries[n].StopOrder == entries[0].StopOrder {
@@ -316,13 +324,17 @@ func StopFromState(dir string) error {
 		entries = entries[n:]
 		var wg sync.WaitGroup
 		groupErrs := make([]error, len(group))
+		ran := make([]bool, len(group))
 		for i, e := range group {
-			wg.Go(func() { groupErrs[i] = stopRecorded(e) })
+			wg.Go(func() { ran[i], groupErrs[i] = stopRecorded(e) })
 		}
 		wg.Wait()
 		for i, e := range group {
 			if groupErrs[i] == nil {
 				done = append(done, e.PID)
+			}
+			if ran[i] {
+				stopped = append(stopped, e)
 			}
 		}
 		errs = append(errs, groupErrs...)
@@ -330,13 +342,14 @@ func StopFromState(dir string) error {
 	if err := RemoveFromState(dir, done...); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return stopped, errors.Join(errs...)
 }
 
-// stopRecorded stops one recorded process if it still runs the recorded binary.
-func stopRecorded(e State) error {
+// stopRecorded stops one recorded process if it still runs the recorded binary, and says
+// whether it ran.
+func stopRecorded(e State) (bool, error) {
 	if e.PID <= 1 || !pidRuns(e.PID, e.Path) {
-		return nil
+		return false, nil
 	}
 	group := false
 	if pgid, err := syscall.Getpgid(e.PID); err == nil && pgid == e.PID {
@@ -365,13 +378,13 @@ func stopRecorded(e State) error {
 	}
 	send(syscall.SIGTERM)
 	if gone(StopGrace(e.StopOrder)) {
-		return nil
+		return true, nil
 	}
 	send(syscall.SIGKILL)
 	if gone(killTimeout) {
-		return nil
+		return true, nil
 	}
-	return fmt.Errorf("process %s (pid %d) still runs %v after SIGKILL: check it with `ps -p %d -o stat,cmd`",
+	return true, fmt.Errorf("process %s (pid %d) still runs %v after SIGKILL: check it with `ps -p %d -o stat,cmd`",
 		e.Name, e.PID, killTimeout, e.PID)
 }
 

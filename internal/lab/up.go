@@ -36,6 +36,8 @@ type ReadyInfo struct {
 	StartedIn  string   `json:"startedIn"`
 	// Chart says which release of the chart helm installed, "" when none.
 	Chart string `json:"chart,omitempty"`
+	// Components are the components the lab was asked to run (Options.Components).
+	Components []string `json:"components,omitempty"`
 }
 
 // Serve starts a lab in o.Dir, writes o.Dir/bin/kubectl and the ready file, and runs until ctx
@@ -51,7 +53,8 @@ func Serve(ctx context.Context, o Options) error {
 		return err
 	}
 	defer os.Remove(filepath.Join(o.Dir, ReadyFile))
-	info := ReadyInfo{Kubeconfig: l.Kubeconfig(), Server: l.RESTConfig().Host, StartedIn: time.Since(begin).Round(time.Millisecond).String()}
+	info := ReadyInfo{Kubeconfig: l.Kubeconfig(), Server: l.RESTConfig().Host, StartedIn: time.Since(begin).Round(time.Millisecond).String(),
+		Components: o.Components}
 	if o.Chart != nil {
 		info.Chart = "helm release " + ChartRelease + " of " + o.Chart.Chart
 	}
@@ -146,10 +149,65 @@ func Up(ctx context.Context, o UpOptions) (*ReadyInfo, error) {
 // Down stops the lab recorded in dir: the Serve process first (it stops the control plane in
 // order), then any process it left behind. A directory without a lab is not an error.
 func Down(dir string) error {
+	_, err := StopLab(dir)
+	return err
+}
+
+// Stopped says what StopLab stopped.
+type Stopped struct {
+	Dir string
+	// PID is the lab's own process (`neuron-lab serve`), 0 when none ran.
+	PID int
+	// Ready is what the lab wrote once it was ready; nil when none ran or it was still starting.
+	Ready *ReadyInfo
+	// Left are the processes of the lab that still ran once its own process was gone (after a
+	// `kill -9` of the lab, or when its own stop failed), which StopLab stopped.
+	Left []State
+}
+
+// Nothing reports whether no lab ran in the directory.
+func (s *Stopped) Nothing() bool { return s.PID == 0 && len(s.Left) == 0 }
+
+// String says what was stopped, or that nothing ran.
+func (s *Stopped) String() string {
+	var b strings.Builder
+	switch {
+	case s.Nothing():
+		return fmt.Sprintf("no lab runs in %s: nothing to stop", s.Dir)
+	case s.PID == 0:
+		fmt.Fprintf(&b, "no lab process ran in %s, but it had left processes behind", s.Dir)
+	case s.Ready == nil:
+		fmt.Fprintf(&b, "stopped the lab in %s (pid %d), which was still starting", s.Dir, s.PID)
+	default:
+		nodes := "none"
+		if len(s.Ready.Nodes) > 0 {
+			nodes = strings.Join(s.Ready.Nodes, ", ")
+		}
+		fmt.Fprintf(&b, "stopped the lab in %s (pid %d): nodes %s", s.Dir, s.PID, nodes)
+		if len(s.Ready.Components) > 0 {
+			fmt.Fprintf(&b, "; components %s", strings.Join(s.Ready.Components, ", "))
+		}
+		b.WriteString("; the control plane")
+	}
+	if len(s.Left) > 0 {
+		names := make([]string, len(s.Left))
+		for i, e := range s.Left {
+			names[i] = fmt.Sprintf("%s (pid %d)", e.Name, e.PID)
+		}
+		fmt.Fprintf(&b, "\nstopped %d processes left behind: %s", len(s.Left), strings.Join(names, ", "))
+	}
+	return b.String()
+}
+
+// StopLab is Down, and says what it stopped.
+func StopLab(dir string) (*Stopped, error) {
 	var errs []error
+	st := &Stopped{Dir: dir}
 	if data, err := os.ReadFile(filepath.Join(dir, PIDFile)); err == nil {
 		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
 		if pid > 1 && isLabServe(pid) {
+			st.PID = pid
+			st.Ready = readReady(dir)
 			_ = syscall.Kill(pid, syscall.SIGTERM)
 			deadline := time.Now().Add(40 * time.Second)
 			for isLabServe(pid) && time.Now().Before(deadline) {
@@ -161,7 +219,9 @@ func Down(dir string) error {
 		}
 		_ = os.Remove(filepath.Join(dir, PIDFile))
 	}
-	errs = append(errs, StopFromState(dir))
+	left, err := stopFromState(dir)
+	st.Left = left
+	errs = append(errs, err)
 	// A lab killed with SIGKILL leaves its real nodes' cgroups (their processes died with the
 	// nodes' inits): remove those of every lab whose process is gone.
 	if err := realnode.RemoveStaleCgroups(20 * time.Second); err != nil && !errors.Is(err, realnode.ErrNoCgroups) {
@@ -173,7 +233,20 @@ func Down(dir string) error {
 		}
 	}
 	_ = os.Remove(filepath.Join(dir, ReadyFile))
-	return errors.Join(errs...)
+	return st, errors.Join(errs...)
+}
+
+// readReady reads the ready file of dir; nil when there is none (or it cannot be read).
+func readReady(dir string) *ReadyInfo {
+	data, err := os.ReadFile(filepath.Join(dir, ReadyFile))
+	if err != nil {
+		return nil
+	}
+	var info ReadyInfo
+	if json.Unmarshal(data, &info) != nil {
+		return nil
+	}
+	return &info
 }
 
 // isLabServe reports whether pid runs `... serve --dir ...` of a lab binary.
