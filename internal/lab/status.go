@@ -205,7 +205,11 @@ func (s *LabStatus) Write(w io.Writer) {
 
 func (s *LabStatus) writeNodes(w io.Writer) {
 	if len(s.Nodes) == 0 {
-		fmt.Fprintln(w, "nodes: none (the autoscaler, when it runs, launches nodes for pending pods)")
+		if s.facts().Autoscaler {
+			fmt.Fprintln(w, "nodes: none yet (the autoscaler launches one for a pending pod that asks for Neuron hardware)")
+		} else {
+			fmt.Fprintln(w, "nodes: none")
+		}
 		return
 	}
 	fmt.Fprintf(w, "nodes (%d):\n", len(s.Nodes))
@@ -237,10 +241,12 @@ func (s *LabStatus) writeComponents(w io.Writer) {
 		switch {
 		case p.Name == ComponentExtender || p.Name == ComponentAutoscaler || p.Name == CustomSchedulerName:
 			running[p.Name] = true
-		case strings.HasPrefix(p.Name, ComponentDevicePlugin+"-"):
-			perNode[ComponentDevicePlugin] = append(perNode[ComponentDevicePlugin], strings.TrimPrefix(p.Name, ComponentDevicePlugin+"-"))
-		case strings.HasPrefix(p.Name, ComponentDRADriver+"-"):
-			perNode[ComponentDRADriver] = append(perNode[ComponentDRADriver], strings.TrimPrefix(p.Name, ComponentDRADriver+"-"))
+		case strings.HasPrefix(p.Name, ComponentDevicePlugin+"-"), strings.HasPrefix(p.Name, ComponentDRADriver+"-"):
+			c := ComponentDevicePlugin
+			if strings.HasPrefix(p.Name, ComponentDRADriver+"-") {
+				c = ComponentDRADriver
+			}
+			perNode[c] = append(perNode[c], processNode(p.Name))
 		case strings.HasPrefix(p.Name, "etcd") || strings.HasPrefix(p.Name, "kube-"):
 			controlPlane = append(controlPlane, p.Name)
 		}

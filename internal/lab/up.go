@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -160,6 +161,8 @@ type Stopped struct {
 	PID int
 	// Ready is what the lab wrote once it was ready; nil when none ran or it was still starting.
 	Ready *ReadyInfo
+	// Nodes are the fleet's nodes and those the lab adopted (the autoscaler's).
+	Nodes []string
 	// Left are the processes of the lab that still ran once its own process was gone (after a
 	// `kill -9` of the lab, or when its own stop failed), which StopLab stopped.
 	Left []State
@@ -180,8 +183,8 @@ func (s *Stopped) String() string {
 		fmt.Fprintf(&b, "stopped the lab in %s (pid %d), which was still starting", s.Dir, s.PID)
 	default:
 		nodes := "none"
-		if len(s.Ready.Nodes) > 0 {
-			nodes = strings.Join(s.Ready.Nodes, ", ")
+		if len(s.Nodes) > 0 {
+			nodes = strings.Join(s.Nodes, ", ")
 		}
 		fmt.Fprintf(&b, "stopped the lab in %s (pid %d): nodes %s", s.Dir, s.PID, nodes)
 		if len(s.Ready.Components) > 0 {
@@ -208,6 +211,16 @@ func StopLab(dir string) (*Stopped, error) {
 		if pid > 1 && isLabServe(pid) {
 			st.PID = pid
 			st.Ready = readReady(dir)
+			if st.Ready != nil {
+				st.Nodes = slices.Clone(st.Ready.Nodes)
+			}
+			// Nodes the lab adopted are named by their components' (and real nodes') processes.
+			entries, _ := ReadState(dir)
+			for _, e := range entries {
+				if n := processNode(e.Name); n != "" && !slices.Contains(st.Nodes, n) && pidRuns(e.PID, e.Path) {
+					st.Nodes = append(st.Nodes, n)
+				}
+			}
 			_ = syscall.Kill(pid, syscall.SIGTERM)
 			deadline := time.Now().Add(40 * time.Second)
 			for isLabServe(pid) && time.Now().Before(deadline) {
@@ -234,6 +247,17 @@ func StopLab(dir string) (*Stopped, error) {
 	}
 	_ = os.Remove(filepath.Join(dir, ReadyFile))
 	return st, errors.Join(errs...)
+}
+
+// processNode is the node a recorded process serves (a node's component, a real node's init),
+// "" for the lab's other processes.
+func processNode(name string) string {
+	for _, prefix := range []string{ComponentDevicePlugin + "-", ComponentDRADriver + "-", "node-"} {
+		if n, ok := strings.CutPrefix(name, prefix); ok {
+			return n
+		}
+	}
+	return ""
 }
 
 // readReady reads the ready file of dir; nil when there is none (or it cannot be read).
