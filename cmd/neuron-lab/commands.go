@@ -61,6 +61,11 @@ func upCommand(f *flags, out io.Writer) *cobra.Command {
 					return err
 				}
 			}
+			for _, c := range f.components { // the background lab would fail on it
+				if _, err := os.Stat(filepath.Join(selfDir(), c)); err != nil {
+					return fmt.Errorf("component %s is not in %s: run make build, or leave it out of --components (COMPONENTS)", c, selfDir())
+				}
+			}
 			self, err := os.Executable()
 			if err != nil {
 				return err

@@ -74,6 +74,7 @@ func TestErrorsArePrintedOnce(t *testing.T) {
 		{"fleet", []string{"up", "--fleet", fleet}, "error: fleet file " + fleet + `: nodes[0] (x): instance type "trn9.large" is not in the catalog`},
 		{"unknown field", []string{"up", "--fleet", writeFile(t, dir, "typo.yaml", "nodes: [{name: x, instanceType: trn1.32xlarge, kubelets: real}]\n")}, `unknown field "kubelets"`},
 		{"component", []string{"up", "--components", "neuron-device-plugin,neuron-autoscaller"}, `error: unknown component "neuron-autoscaller": name them as a comma list of`},
+		{"missing binary", []string{"up", "--components", "neuron-dra-driver"}, "error: component neuron-dra-driver is not in "},
 		{"argument", []string{"status", "extra"}, `error: unknown command "extra" for "neuron-lab status"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

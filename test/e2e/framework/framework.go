@@ -133,6 +133,13 @@ func MainOptions(m *testing.M, o lab.Options) int {
 			return 1
 		}
 		components = append(slices.Clone(components), "neuron-lab")
+		// The real-node tests run `neuron-lab up` as make lab-up does (TestNothingLeftBehind),
+		// which runs every component by default, the autoscaler too: build them all.
+		for _, c := range lab.DefaultComponents() {
+			if !slices.Contains(components, c) {
+				components = append(components, c)
+			}
+		}
 	}
 	binDir, err := BinDir()
 	if err != nil {
