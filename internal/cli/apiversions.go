@@ -56,7 +56,7 @@ func apiVersionProblem(apiVersion, kind string) string {
 	msg += fmt.Sprintf(". Use apiVersion: %s", want)
 	switch apiVersion {
 	case "resource.k8s.io/v1beta1":
-		msg += " (Kubernetes 1.34 and later serve it); in v1 a request's deviceClassName, selectors, allocationMode and count move under exactly:"
+		msg += " (Kubernetes 1.34 and later serve it); in v1 a request's deviceClassName, selectors, allocationMode and count move under exactly"
 	case "resource.k8s.io/v1beta2":
 		msg += " (Kubernetes 1.34 and later serve it; its layout is v1beta2's)"
 	}

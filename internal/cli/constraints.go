@@ -305,7 +305,7 @@ func (m *deviceModels) explain(where string, c constraintCheck, most int, hasAtt
 		what = "the devices of request " + strings.Join(names, ", ") + " (allocationMode All)"
 	}
 	if !hasAttr {
-		msg := fmt.Sprintf("%s: no Neuron device publishes the attribute %s, so no set of devices meets the constraint", where, c.attr)
+		msg := fmt.Sprintf("%s: no Neuron device publishes the attribute %s (on the instance types the requests allow), so no set of devices meets the constraint", where, c.attr)
 		_, local, _ := strings.Cut(c.attr, "/")
 		for _, t := range m.cat.Types() {
 			for _, d := range m.devices(t) {
