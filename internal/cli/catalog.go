@@ -20,7 +20,7 @@ func newCatalogCommand(o *options) *cobra.Command {
   kubectl-neuron catalog --catalog my-prices.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := parseOutput(output, outTable, outJSON, outYAML, outJSONPath)
+			format, err := parseOutput(output, commandFormats["catalog"]...)
 			if err != nil {
 				return err
 			}

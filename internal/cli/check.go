@@ -151,7 +151,7 @@ type claimObject struct {
 }
 
 func runCheck(o *options, c *checkOptions, stdin io.Reader) error {
-	format, err := parseOutput(c.output, outTable, outJSON, outYAML, outJSONPath)
+	format, err := parseOutput(c.output, commandFormats["check"]...)
 	if err != nil {
 		return err
 	}
@@ -217,8 +217,18 @@ func runCheck(o *options, c *checkOptions, stdin io.Reader) error {
 			count(findings, SeverityError), pluralWord(count(findings, SeverityError), "error"),
 			count(findings, SeverityWarning), pluralWord(count(findings, SeverityWarning), "warning"))
 	}
-	if n := count(findings, SeverityError); n > 0 {
+	n := count(findings, SeverityError)
+	objectErrors := 0
+	for _, f := range findings {
+		if f.Reason == ReasonAPIVersionNotServed || f.Reason == ReasonUnsatisfiableConstraint {
+			objectErrors++
+		}
+	}
+	switch {
+	case n > 0 && objectErrors == 0:
 		return &exitError{code: ExitRefused, err: fmt.Errorf("%d Neuron %s would not get a node: see the errors above", n, pluralWord(n, "problem"))}
+	case n > 0:
+		return &exitError{code: ExitRefused, err: fmt.Errorf("%d %s in the manifests: see above", n, pluralWord(n, "error"))}
 	}
 	return nil
 }

@@ -90,9 +90,6 @@ func (co *cleanupOptions) mode() string {
 	return CleanupListed
 }
 
-// cleanupFormats are the -o formats of cleanup.
-var cleanupFormats = []string{outTable, outJSON, outYAML, outName, outJSONPath}
-
 func newCleanupCommand(o *options) *cobra.Command {
 	co := &cleanupOptions{}
 	var client *clientFlags
@@ -174,7 +171,7 @@ func (co *cleanupOptions) validate() error {
 	if co.namespace == "" {
 		return usageErr("--namespace is empty: name the namespace the chart was installed in (default kube-system)")
 	}
-	_, err := parseOutput(cmp.Or(co.output, outTable), cleanupFormats...)
+	_, err := parseOutput(cmp.Or(co.output, outTable), commandFormats["cleanup"]...)
 	return err
 }
 
@@ -270,7 +267,7 @@ func runCleanup(ctx context.Context, client kubernetes.Interface, co *cleanupOpt
 	if err := co.validate(); err != nil {
 		return err
 	}
-	format, _ := parseOutput(cmp.Or(co.output, outTable), cleanupFormats...)
+	format, _ := parseOutput(cmp.Or(co.output, outTable), commandFormats["cleanup"]...)
 	warn := func(format string, args ...any) { fmt.Fprintf(errOut, "warning: "+format+"\n", args...) }
 	mode := co.mode()
 	var dryRun []string

@@ -177,7 +177,7 @@ Output formats (-o):
   kubectl-neuron topology --instance-type inf2.48xlarge -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := parseOutput(output, outTable, outJSON, outYAML, outJSONPath)
+			format, err := parseOutput(output, commandFormats["topology"]...)
 			if err != nil {
 				return err
 			}

@@ -78,9 +78,6 @@ type nodesOptions struct {
 	noMap                  bool
 }
 
-// nodesFormats are the -o formats of nodes.
-var nodesFormats = []string{outTable, outWide, outJSON, outYAML, outName, outJSONPath}
-
 func newNodesCommand(o *options) *cobra.Command {
 	no := &nodesOptions{}
 	var client *clientFlags
@@ -120,7 +117,7 @@ cannot be reached or read; 5 no Neuron node (or a NAME, --node or -l names none)
   kubectl-neuron nodes -l kube-neuron.io/allocation-mode=dra --context prod --no-map
   kubectl-neuron nodes -o jsonpath='{range [*]}{.name}{"\t"}{.devices.free}{"\n"}{end}'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := parseOutput(no.output, nodesFormats...); err != nil {
+			if _, err := parseOutput(no.output, commandFormats["nodes"]...); err != nil {
 				return err
 			}
 			no.names = args
@@ -186,7 +183,7 @@ func runNodes(ctx context.Context, client kubernetes.Interface, cat *topology.Ca
 	}
 	warn := func(format string, args ...any) { fmt.Fprintf(errOut, "warning: "+format+"\n", args...) }
 
-	format, err := parseOutput(cmp.Or(no.output, outTable), nodesFormats...)
+	format, err := parseOutput(cmp.Or(no.output, outTable), commandFormats["nodes"]...)
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ func TestOutputFlag(t *testing.T) {
 		{"json=x", `output format "json=x" is not supported: use one of [table wide json yaml name jsonpath=TEMPLATE]`},
 		{"go-template={{.}}", `output format "go-template={{.}}" is not supported`},
 	} {
-		_, err := parseOutput(tc.value, nodesFormats...)
+		_, err := parseOutput(tc.value, commandFormats["nodes"]...)
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != ExitUsage) {
 			t.Errorf("-o %s: %v, want %q", tc.value, err, tc.want)
 		}

@@ -23,6 +23,18 @@ const (
 	outJSONPath = "jsonpath" // written jsonpath=TEMPLATE
 )
 
+// commandFormats are the -o formats of each command; docs/kubectl-neuron.md documents them in
+// one table per command (TestDocumentedOutputFormats).
+var commandFormats = map[string][]string{
+	"catalog":  {outTable, outJSON, outYAML, outJSONPath},
+	"plan":     {outTable, outJSON, outYAML, outJSONPath},
+	"topology": {outTable, outJSON, outYAML, outJSONPath},
+	"simulate": {outTable, outJSON, outYAML, outJSONPath},
+	"check":    {outTable, outJSON, outYAML, outJSONPath},
+	"nodes":    {outTable, outWide, outJSON, outYAML, outName, outJSONPath},
+	"cleanup":  {outTable, outJSON, outYAML, outName, outJSONPath},
+}
+
 // outputFormat is a parsed -o value.
 type outputFormat struct {
 	name     string // one of the out* constants

@@ -68,7 +68,7 @@ func FuzzParseOutput(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		format, err := parseOutput(s, nodesFormats...)
+		format, err := parseOutput(s, commandFormats["nodes"]...)
 		if err != nil {
 			if exitCode(err) != ExitUsage {
 				t.Fatalf("-o %q: %v is not a usage error", s, err)

@@ -70,7 +70,7 @@ func parseRequest(s string) (string, topology.Request, error) {
 }
 
 func runPlan(o *options, p *planOptions) error {
-	format, err := parseOutput(p.output, outTable, outJSON, outYAML, outJSONPath)
+	format, err := parseOutput(p.output, commandFormats["plan"]...)
 	if err != nil {
 		return err
 	}

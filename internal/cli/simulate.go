@@ -33,7 +33,7 @@ at least that many free devices (or cores). The same seed gives the same stream 
   kubectl-neuron simulate --compare --seeds 1-5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := parseOutput(output, outTable, outJSON, outYAML, outJSONPath)
+			format, err := parseOutput(output, commandFormats["simulate"]...)
 			if err != nil {
 				return err
 			}
