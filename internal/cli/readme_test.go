@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -114,5 +115,62 @@ func TestDocumentedOutputFormats(t *testing.T) {
 		if !slices.Equal(slices.Sorted(slices.Values(documented)), slices.Sorted(slices.Values(formats))) {
 			t.Errorf("### %s documents -o %v, the command accepts %v", c.Name(), documented, formats)
 		}
+	}
+}
+
+// TestDocumentedFlagsExist: every --flag written after `kubectl-neuron COMMAND` in the README and
+// the docs is a flag of that command.
+func TestDocumentedFlagsExist(t *testing.T) {
+	root := NewCommand(nil, nil)
+	files := []string{"../../README.md"}
+	docs, _ := filepath.Glob("../../docs/*.md")
+	mention := regexp.MustCompile(`kubectl[- ]neuron ([a-z]+)((?: +[^ |` + "`" + `#;)]+)*)`)
+	for _, file := range append(files, docs...) {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mention.FindAllStringSubmatch(string(data), -1) {
+			cmd, _, err := root.Find([]string{m[1]})
+			if err != nil || cmd == root {
+				continue // prose: "kubectl-neuron shows ..."
+			}
+			for _, word := range strings.Fields(m[2]) {
+				name, ok := strings.CutPrefix(word, "--")
+				if !ok {
+					continue
+				}
+				name, _, _ = strings.Cut(name, "=")
+				name = strings.TrimRight(name, ".,:")
+				if cmd.Flags().Lookup(name) == nil && root.PersistentFlags().Lookup(name) == nil && name != "help" {
+					t.Errorf("%s: kubectl-neuron %s has no flag --%s (%q)", file, m[1], name, m[0])
+				}
+			}
+		}
+	}
+}
+
+// TestTroubleshootingNoValidFreeSet replays what docs/troubleshooting.md tells a user to do when
+// devices are free but in no valid set: the ids in use, as `nodes -o wide` prints them, go to
+// plan's --in-use-cores (plan has no flag that takes the free devices).
+func TestTroubleshootingNoValidFreeSet(t *testing.T) {
+	data, err := os.ReadFile("../../docs/troubleshooting.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, row, _ := strings.Cut(string(data), "| **No valid free set.**")
+	row, _, _ = strings.Cut(row, "\n")
+	if !strings.Contains(row, "--in-use-cores <USED CORES>") || strings.Contains(row, "free devices; `kubectl-neuron plan` with them") {
+		t.Errorf("the row must pass the used ids, not the free ones:\n%s", row)
+	}
+	stdout, _, err := runNodesOn(t, cluster(), nodesOptions{names: []string{"trn1-a"}, output: "wide", noMap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(strings.Split(stdout, "\n")[1])
+	usedCores := fields[len(fields)-2] // NAME ... USED DEVICES USED CORES HOLDERS
+	out, errOut, code := run(t, "plan", "--instance-type", "trn1.32xlarge", "--request", "aws.amazon.com/neuron=8", "--in-use-cores", usedCores, "-o", "json")
+	if code != ExitOK || !strings.Contains(out, `"devices":[8,9,10,11,12,13,14,15]`) {
+		t.Errorf("plan --in-use-cores %s: exit %d %s%s", usedCores, code, out, errOut)
 	}
 }
