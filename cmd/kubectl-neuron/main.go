@@ -1,5 +1,7 @@
 // Command kubectl-neuron shows how kube-neuron places AWS Neuron workloads: the instance
-// catalog, what-if plans, topology maps and a fleet simulator. See `kubectl-neuron --help`.
+// catalog, what-if plans, topology maps, a fleet simulator, an offline manifest check, the
+// cluster's Neuron nodes, and cleanup after uninstall. See `kubectl-neuron --help` and
+// docs/kubectl-neuron.md.
 package main
 
 import (

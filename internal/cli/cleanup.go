@@ -298,8 +298,9 @@ func runCleanup(ctx context.Context, client kubernetes.Interface, co *cleanupOpt
 	slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 
 	report := CleanupReport{Mode: mode, Nodes: []CleanupNode{}, Leases: []CleanupLease{}}
+	// finish writes what was done; after a failure, the table has no summary line.
 	finish := func(err error) error {
-		if werr := writeCleanup(out, format, report); werr != nil && err == nil {
+		if werr := writeCleanup(out, format, report, err != nil); werr != nil && err == nil {
 			err = werr
 		}
 		return err
@@ -346,8 +347,8 @@ func nonNilStrings(s []string) []string {
 	return s
 }
 
-// writeCleanup renders the report in the -o format.
-func writeCleanup(out io.Writer, format outputFormat, r CleanupReport) error {
+// writeCleanup renders the report in the -o format; failed leaves the table's summary out.
+func writeCleanup(out io.Writer, format outputFormat, r CleanupReport, failed bool) error {
 	var buf bytes.Buffer
 	switch {
 	case format.data():
@@ -364,14 +365,15 @@ func writeCleanup(out io.Writer, format outputFormat, r CleanupReport) error {
 			fmt.Fprintf(&buf, "lease.coordination.k8s.io/%s\n", l.Name)
 		}
 	default:
-		buf.WriteString(cleanupTable(r))
+		buf.WriteString(cleanupTable(r, failed))
 	}
 	_, err := out.Write(buf.Bytes())
 	return err
 }
 
-// cleanupTable is the table output: one line per key or Lease, then a summary.
-func cleanupTable(r CleanupReport) string {
+// cleanupTable is the table output: one line per key or Lease, then a summary (none after a
+// failure: the error says what happened).
+func cleanupTable(r CleanupReport, failed bool) string {
 	var lines []string
 	keys := 0
 	for _, n := range r.Nodes {
@@ -390,6 +392,7 @@ func cleanupTable(r CleanupReport) string {
 		lines = append(lines, fmt.Sprintf("lease %s/%s: delete", l.Namespace, l.Name))
 	}
 	switch {
+	case failed:
 	case keys == 0 && len(r.Leases) == 0:
 		lines = append(lines, "Nothing of kube-neuron's is left on the cluster (besides pod annotations, which go with the pods).")
 	case r.Mode == CleanupRemoved:

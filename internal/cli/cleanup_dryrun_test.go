@@ -3,12 +3,15 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -120,5 +123,21 @@ func TestCleanupFlagErrors(t *testing.T) {
 	cleanup, _, _ := cmd.Find([]string{"cleanup"})
 	if f := cleanup.Flags().Lookup("dry-run"); f.NoOptDefVal != "client" || f.DefValue != "none" {
 		t.Errorf("--dry-run: %+v", f)
+	}
+}
+
+// TestCleanupFailureHasNoSummary: after a failed removal the table lists what was done and no
+// summary that could claim nothing is left.
+func TestCleanupFailureHasNoSummary(t *testing.T) {
+	client := fake.NewClientset(cleanupCluster()...)
+	client.PrependReactor("delete", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "x", errors.New("no"))
+	})
+	out, _, err := runCleanupOn(t, client, cleanupOptions{yes: true})
+	if exitCode(err) != ExitCluster || !strings.Contains(err.Error(), "cannot delete lease kube-system/kube-neuron-bind-ours") {
+		t.Fatalf("err %v", err)
+	}
+	if !strings.Contains(out, "node ours: remove annotation kube-neuron.io/usage-maps-mirror\n") || strings.Contains(out, "Removed") || strings.Contains(out, "Nothing") {
+		t.Errorf("output:\n%s", out)
 	}
 }
