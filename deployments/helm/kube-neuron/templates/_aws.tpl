@@ -11,6 +11,8 @@ is idempotent):
   devicePlugin.namespaceOverride, scheduler.namespaceOverride -> <component>.namespace
   scheduler.replicaCount, scheduler.customScheduler.replicaCount -> replicas
   scheduler.customScheduler.image {repository, tag, pullPolicy} -> image, imagePullPolicy
+  (and scheduler.customScheduler.image's default, kept out of values.yaml so that a table and a
+  string both merge without a warning)
 */}}
 {{- define "kube-neuron.normalize" -}}
 {{- $v := .Values -}}
@@ -21,6 +23,9 @@ is idempotent):
 {{- if hasKey $c "replicaCount" -}}{{- $_ := set $c "replicas" (int $c.replicaCount) -}}{{- end -}}
 {{- end -}}
 {{- $cs := $v.scheduler.customScheduler -}}
+{{- if not (hasKey $cs "image") -}}
+{{- $_ := set $cs "image" "registry.k8s.io/kube-scheduler:v1.36.3" -}}
+{{- end -}}
 {{- if kindIs "map" $cs.image -}}
 {{- $img := $cs.image -}}
 {{- with $img.pullPolicy -}}{{- $_ := set $cs "imagePullPolicy" . -}}{{- end -}}
