@@ -111,10 +111,20 @@ func TestAWSValuesFileWithoutItsImages(t *testing.T) {
 	}
 
 	notes := renderNotes(t, "--values="+values)
-	for _, key := range []string{"devicePlugin.env", "draDriver.livenessProbe", "ultraserverOperator.enabled", "npd.nodeRecovery.enabled", "scheduler.customScheduler.livenessProbe"} {
-		if !strings.Contains(notes, "\n  "+key+"\n") {
+	ignored := map[string][]string{} // parent -> keys, as NOTES.txt lists them
+	for _, line := range strings.Split(notes, "\n") {
+		if parent, keys, ok := strings.Cut(strings.TrimPrefix(line, "  "), ": "); ok && strings.HasPrefix(line, "  ") && !strings.Contains(parent, " ") {
+			ignored[parent] = strings.Split(keys, ", ")
+		}
+	}
+	for _, key := range []string{"devicePlugin.env", "draDriver.livenessProbe", "ultraserverOperator.enabled", "npd.nodeRecovery.enabled", "scheduler.customScheduler.livenessProbe", "npd.config.name"} {
+		parent, name := key[:strings.LastIndex(key, ".")], key[strings.LastIndex(key, ".")+1:]
+		if !slices.Contains(ignored[parent], name) {
 			t.Errorf("NOTES.txt does not list %s as ignored:\n%s", key, notes)
 		}
+	}
+	if slices.Contains(ignored["devicePlugin"], "tolerations") {
+		t.Errorf("NOTES.txt lists devicePlugin.tolerations, which is honoured, as ignored")
 	}
 }
 
