@@ -1074,20 +1074,37 @@ func (c *Controller) compareFirstPods(a, b []string) int {
 // is still where the cache saw it, so that a taint another client added or removed meanwhile is
 // never lost (the patch then fails, and the next round tries again with the new list).
 func (c *Controller) untaint(ctx context.Context, node *corev1.Node) error {
-	i := slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == LaunchingTaintKey })
-	if i < 0 {
-		return nil
-	}
-	path := fmt.Sprintf("/spec/taints/%d", i)
-	patch, err := json.Marshal([]map[string]any{{"op": "test", "path": path, "value": node.Spec.Taints[i]}, {"op": "remove", "path": path}})
-	if err != nil {
-		return err
-	}
 	client := c.o.Client
 	if c.o.ReleaseClient != nil {
 		client = c.o.ReleaseClient
 	}
-	_, err = client.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	// The patch removes the taint at its index only if it is still there (test): the node's
+	// taints change under it (the node lifecycle controller removes node.kubernetes.io/not-ready
+	// as the node turns Ready), and the round's copy may be behind. A failed test tries again
+	// with the cache's newer copy, if it has one; else the next round does.
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if attempt > 0 {
+			newer, gerr := c.nodes.Get(node.Name)
+			if gerr != nil || newer.ResourceVersion == node.ResourceVersion {
+				break
+			}
+			node = newer
+		}
+		i := slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == LaunchingTaintKey })
+		if i < 0 {
+			return nil
+		}
+		path := fmt.Sprintf("/spec/taints/%d", i)
+		patch, merr := json.Marshal([]map[string]any{{"op": "test", "path": path, "value": node.Spec.Taints[i]}, {"op": "remove", "path": path}})
+		if merr != nil {
+			return merr
+		}
+		_, err = client.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		if !apierrors.IsInvalid(err) {
+			break
+		}
+	}
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
@@ -528,5 +531,38 @@ func TestControllerReleasesTheFirstPodsNodeFirst(t *testing.T) {
 				t.Errorf("the node of pod %s was released first, want pod %s's", got, tc.first)
 			}
 		})
+	}
+}
+
+// TestControllerUntaintsANodeWhoseTaintsMoved: the launching taint is removed by its index, if it
+// is still there; when the node's taints changed since the round read it (the node lifecycle
+// controller removed node.kubernetes.io/not-ready before it), the API server refuses the patch
+// and the controller tries again with the cache's newer copy, in the same round.
+func TestControllerUntaintsANodeWhoseTaintsMoved(t *testing.T) {
+	e := newEnv(t)
+	c, _ := e.controller()
+	node := heldNode("moved", "inf1.xlarge", t0, true)
+	e.putNode(c, node)
+
+	stale := node.DeepCopy()
+	stale.ResourceVersion = "1" // the round's copy: not-ready was still first
+	stale.Spec.Taints = append([]corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}, stale.Spec.Taints...)
+	refused := 0
+	e.client.PrependReactor("patch", "nodes", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		patch := string(action.(clienttesting.PatchAction).GetPatch())
+		if strings.Contains(patch, `"/spec/taints/2"`) { // the stale index: the API server's test op fails
+			refused++
+			return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Node"}, "moved", nil)
+		}
+		return false, nil, nil
+	})
+	if err := c.untaint(context.Background(), stale); err != nil {
+		t.Fatalf("untaint: %v", err)
+	}
+	if refused != 1 {
+		t.Errorf("%d patches refused, want the stale one", refused)
+	}
+	if got := e.taints("moved"); !slices.Equal(got, releasedTaints) {
+		t.Errorf("taints %v, want %v", got, releasedTaints)
 	}
 }
