@@ -124,7 +124,7 @@ func TestDocumentedFlagsExist(t *testing.T) {
 	root := NewCommand(nil, nil)
 	files := []string{"../../README.md"}
 	docs, _ := filepath.Glob("../../docs/*.md")
-	mention := regexp.MustCompile(`kubectl[- ]neuron ([a-z]+)((?: +[^ |` + "`" + `#;)]+)*)`)
+	mention := regexp.MustCompile(`kubectl[- ]neuron ([a-z]+)((?: +[^ \n|` + "`" + `#;)]+)*)`)
 	for _, file := range append(files, docs...) {
 		data, err := os.ReadFile(file)
 		if err != nil {
