@@ -63,6 +63,38 @@ func (t InstanceType) LogicalCoresPerDevice(lnc int) int {
 	return t.PhysicalCoresPerDevice / lnc
 }
 
+// PhysicalCores is the number of physical NeuronCores of a node of the type (what Karpenter
+// counts as its neuroncores).
+func (t InstanceType) PhysicalCores() int { return t.Devices * t.PhysicalCoresPerDevice }
+
+// LogicalCores is the number of NeuronCores a node of the type exposes at the given LNC (0 means
+// the type's default).
+func (t InstanceType) LogicalCores(lnc int) int { return t.Devices * t.LogicalCoresPerDevice(lnc) }
+
+// LogicalCoresOfPhysical is the number of logical NeuronCores that physical physical cores make
+// at the given LNC (0 means the type's default), rounded up: at LNC 2, 5 physical cores are 3.
+func (t InstanceType) LogicalCoresOfPhysical(physical, lnc int) int {
+	if lnc == 0 {
+		lnc = t.DefaultLNC
+	}
+	return (physical + lnc - 1) / lnc
+}
+
+// LNCOfCounts returns the LNC of a node of the type that advertises devices devices and cores
+// NeuronCores (the device plugin's capacity): the physical cores per device over the logical
+// ones. It returns 0, the type's default, when the counts do not tell: either is 0, or they do
+// not divide. The result is not checked: CheckLNC (NewShape) says whether the type accepts it.
+func (t InstanceType) LNCOfCounts(devices, cores int64) int {
+	if devices <= 0 || cores <= 0 || cores%devices != 0 {
+		return 0
+	}
+	cpd := cores / devices
+	if cpd <= 0 || int64(t.PhysicalCoresPerDevice)%cpd != 0 {
+		return 0
+	}
+	return int(int64(t.PhysicalCoresPerDevice) / cpd)
+}
+
 // PriceKnown reports whether the catalog has an on-demand price for the type.
 func (t InstanceType) PriceKnown() bool { return t.PriceUSDPerHour != nil }
 

@@ -186,3 +186,66 @@ func TestSageMakerNamesAreTheirBaseType(t *testing.T) {
 		}
 	}
 }
+
+func TestInstanceTypeCoreCounts(t *testing.T) {
+	c := DefaultCatalog()
+	tests := []struct {
+		typ                  string
+		lnc                  int
+		physical, logical    int
+		physicalIn, logicals int // LogicalCoresOfPhysical(physicalIn, lnc) = logicals
+	}{
+		{"trn2.48xlarge", 0, 128, 64, 96, 48},
+		{"trn2.48xlarge", 2, 128, 64, 5, 3}, // rounded up
+		{"trn2.48xlarge", 1, 128, 128, 96, 96},
+		{"trn2.3xlarge", 0, 8, 4, 8, 4},
+		{"trn1.32xlarge", 0, 32, 32, 7, 7},
+		{"inf1.24xlarge", 0, 64, 64, 64, 64},
+	}
+	for _, tc := range tests {
+		it, err := c.Get(tc.typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := it.PhysicalCores(); got != tc.physical {
+			t.Errorf("%s: PhysicalCores = %d, want %d", tc.typ, got, tc.physical)
+		}
+		if got := it.LogicalCores(tc.lnc); got != tc.logical {
+			t.Errorf("%s: LogicalCores(%d) = %d, want %d", tc.typ, tc.lnc, got, tc.logical)
+		}
+		if got := it.LogicalCoresOfPhysical(tc.physicalIn, tc.lnc); got != tc.logicals {
+			t.Errorf("%s: LogicalCoresOfPhysical(%d, %d) = %d, want %d", tc.typ, tc.physicalIn, tc.lnc, got, tc.logicals)
+		}
+	}
+}
+
+func TestLNCOfCounts(t *testing.T) {
+	c := DefaultCatalog()
+	tests := []struct {
+		typ            string
+		devices, cores int64
+		want           int
+	}{
+		{"trn2.48xlarge", 16, 64, 2},
+		{"trn2.48xlarge", 16, 128, 1},
+		{"trn2.48xlarge", 15, 60, 2}, // a device withdrawn: the ratio still tells
+		{"trn2.48xlarge", 0, 0, 0},   // nothing advertised: the default
+		{"trn2.48xlarge", 16, 0, 0},
+		{"trn2.48xlarge", 0, 64, 0},
+		{"trn2.48xlarge", 16, 40, 0},  // does not divide
+		{"trn2.48xlarge", 16, 48, 0},  // 3 cores a device do not divide 8
+		{"trn2.48xlarge", 16, 32, 4},  // divides: NewShape refuses LNC 4
+		{"trn2.48xlarge", 16, -16, 0}, // nonsense
+		{"trn1.32xlarge", 16, 32, 1},
+		{"inf1.6xlarge", 4, 16, 1},
+	}
+	for _, tc := range tests {
+		it, err := c.Get(tc.typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := it.LNCOfCounts(tc.devices, tc.cores); got != tc.want {
+			t.Errorf("%s: LNCOfCounts(%d, %d) = %d, want %d", tc.typ, tc.devices, tc.cores, got, tc.want)
+		}
+	}
+}

@@ -156,7 +156,7 @@ func (e *evaluator) candidates(r Request, yield func(candidate)) {
 	n := s.Devices()
 	if r.Unit == UnitCore {
 		cpd := s.CoresPerDevice
-		want := (r.Count + cpd - 1) / cpd
+		want := s.DevicesNeeded(r)
 		for start := 0; start+r.Count <= s.Cores(); start++ {
 			first, last := start/cpd, (start+r.Count-1)/cpd
 			if last-first+1 != want {

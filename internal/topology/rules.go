@@ -71,8 +71,7 @@ func (s *Shape) validCoreCount(n int) bool {
 	if n <= cpd || n == s.Cores() {
 		return true
 	}
-	devices := (n + cpd - 1) / cpd
-	if !s.validDeviceCount(devices) {
+	if !s.validDeviceCount(s.DevicesNeeded(Request{Unit: UnitCore, Count: n})) {
 		return false
 	}
 	if s.Kind() == KindTorus && n%cpd != 0 {

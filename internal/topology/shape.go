@@ -132,6 +132,52 @@ func (s *Shape) CoreSizes() []int {
 	return out
 }
 
+// CoresNeeded is the number of cores a request takes on the node: a core request its count, a
+// device request every core of its devices. It does not check that the request is valid.
+func (s *Shape) CoresNeeded(r Request) int {
+	if r.Unit == UnitCore {
+		return r.Count
+	}
+	return r.Count * s.CoresPerDevice
+}
+
+// DevicesNeeded is the number of devices a request touches on the node: a device request its
+// count, a core request the fewest devices its cores fit on (ceil(count / CoresPerDevice)), which
+// is the number a valid placement takes. It does not check that the request is valid.
+func (s *Shape) DevicesNeeded(r Request) int {
+	if r.Unit == UnitCore {
+		return (r.Count + s.CoresPerDevice - 1) / s.CoresPerDevice
+	}
+	return r.Count
+}
+
+// DeviceSets returns every device set of n devices that the topology rules allow one container
+// to hold (IsValidDeviceSet), each ascending, in ascending lexicographic order; none when n is
+// not a valid device count. On a switched node that is every subset of n devices.
+func (s *Shape) DeviceSets(n int) [][]int {
+	if !s.validDeviceCount(n) {
+		return nil
+	}
+	var out [][]int
+	set := make([]int, 0, n)
+	var walk func(next int)
+	walk = func(next int) {
+		if len(set) == n {
+			if s.IsValidDeviceSet(set) {
+				out = append(out, slices.Clone(set))
+			}
+			return
+		}
+		for d := next; d <= s.Devices()-(n-len(set)); d++ {
+			set = append(set, d)
+			walk(d + 1)
+			set = set[:len(set)-1]
+		}
+	}
+	walk(0)
+	return out
+}
+
 // CoresOf returns the global core ids of device d.
 func (s *Shape) CoresOf(d int) []int {
 	out := make([]int, s.CoresPerDevice)
