@@ -21,15 +21,9 @@ func ShapeOfNode(cat *topology.Catalog, node *corev1.Node) (*topology.Shape, err
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", node.Name, err)
 	}
-	lnc := 0
 	devices := node.Status.Capacity[corev1.ResourceName(topology.ResourceNeuron)]
 	cores := node.Status.Capacity[corev1.ResourceName(topology.ResourceNeuronCore)]
-	if d, c := devices.Value(), cores.Value(); d > 0 && c > 0 && c%d == 0 {
-		if cpd := int(c / d); cpd > 0 && it.PhysicalCoresPerDevice%cpd == 0 {
-			lnc = it.PhysicalCoresPerDevice / cpd
-		}
-	}
-	s, err := topology.NewShape(it, lnc)
+	s, err := topology.NewShape(it, it.LNCOfCounts(devices.Value(), cores.Value()))
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", node.Name, err)
 	}

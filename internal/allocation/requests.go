@@ -61,12 +61,7 @@ func Plan(u *topology.Usage, reqs []Request, policy topology.Policy) ([]Containe
 	for i := range order {
 		order[i] = i
 	}
-	size := func(r Request) int {
-		if r.Resource == topology.ResourceNeuronCore {
-			return r.Count
-		}
-		return r.Count * shape.CoresPerDevice
-	}
+	size := func(r Request) int { return CoresNeeded(shape, []Request{r}) }
 	sort.SliceStable(order, func(a, b int) bool { return size(reqs[order[a]]) > size(reqs[order[b]]) })
 	out := make([]Container, len(reqs))
 	score := 100.0
@@ -87,6 +82,21 @@ func Plan(u *topology.Usage, reqs []Request, policy topology.Policy) ([]Containe
 		score = min(score, fit.Score)
 	}
 	return out, score, nil
+}
+
+// CoresNeeded is the number of cores the requests take together on a node of the shape, when
+// they fit (topology.Shape.CoresNeeded): a core request its count, a device request every core of
+// its devices. A resource that is not a Neuron resource counts as a device request.
+func CoresNeeded(shape *topology.Shape, reqs []Request) int {
+	n := 0
+	for _, r := range reqs {
+		unit, err := topology.UnitOf(r.Resource)
+		if err != nil {
+			unit = topology.UnitDevice
+		}
+		n += shape.CoresNeeded(topology.Request{Unit: unit, Count: r.Count})
+	}
+	return n
 }
 
 // PackingWeight orders pods for packing a node, largest first, as neuron-autoscaler's planner

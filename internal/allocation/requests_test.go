@@ -289,3 +289,37 @@ func TestPlanScoreIsTheMinimum(t *testing.T) {
 		t.Errorf("adding a request raised the score from %v to %v", bigAlone, both)
 	}
 }
+
+func TestCoresNeeded(t *testing.T) {
+	shape := func(typ string, lnc int) *topology.Shape {
+		it, err := topology.DefaultCatalog().Get(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := topology.NewShape(it, lnc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name  string
+		shape *topology.Shape
+		reqs  []Request
+		want  int
+	}{
+		{"none", shape("trn1.32xlarge", 0), nil, 0},
+		{"cores count as themselves", shape("trn1.32xlarge", 0), []Request{{Resource: topology.ResourceNeuronCore, Count: 3}}, 3},
+		{"devices: every core", shape("trn1.32xlarge", 0), []Request{{Resource: topology.ResourceNeuron, Count: 4}}, 8},
+		{"neurondevice alike", shape("trn1.32xlarge", 0), []Request{{Resource: topology.ResourceNeuronDevice, Count: 1}}, 2},
+		{"at LNC 2", shape("trn2.48xlarge", 0), []Request{{Resource: topology.ResourceNeuron, Count: 2}, {Resource: topology.ResourceNeuronCore, Count: 5}}, 13},
+		{"at LNC 1", shape("trn2.48xlarge", 1), []Request{{Resource: topology.ResourceNeuron, Count: 2}, {Resource: topology.ResourceNeuronCore, Count: 5}}, 21},
+		{"another resource counts as devices", shape("inf1.6xlarge", 0), []Request{{Resource: "example.com/gpu", Count: 1}}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := CoresNeeded(tc.shape, tc.reqs); got != tc.want {
+				t.Errorf("CoresNeeded = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

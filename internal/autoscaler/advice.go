@@ -46,7 +46,7 @@ type AdviceOptions struct {
 //     a node the pod can never use, and the pod stays Pending;
 //   - a container asking for more than one device, or for cores that span devices on some type
 //     it allows, in a pod whose schedulerName is not the extender's scheduler: the topology
-//     checks (connected devices, the 1/4/8/16 blocks of torus types) are skipped.
+//     checks (connected devices, the aligned blocks of torus types) are skipped.
 func Advise(pod *corev1.Pod, o AdviceOptions) []Warning {
 	cat := o.Catalog
 	if cat == nil {
@@ -89,7 +89,7 @@ func Advise(pod *corev1.Pod, o AdviceOptions) []Warning {
 func karpenterMismatch(r allocation.Request, allowed []topology.InstanceType) []Warning {
 	for _, t := range allowed {
 		perDevice := t.LogicalCoresPerDevice(t.DefaultLNC)
-		logical, physical := t.Devices*perDevice, t.Devices*t.PhysicalCoresPerDevice
+		logical, physical := t.LogicalCores(t.DefaultLNC), t.PhysicalCores()
 		if r.Count <= logical || r.Count > physical {
 			continue
 		}
@@ -98,7 +98,7 @@ func karpenterMismatch(r allocation.Request, allowed []topology.InstanceType) []
 			"Request at most %d neuroncores (at LNC=%d one logical NeuronCore is %d physical ones: %d physical cores are %d), or run the nodes at LNC=1 (NEURON_LOGICAL_NC_CONFIG=1) and say so to the scheduler with a catalog file",
 			r.Container, r.Resource, r.Count, physical, t.Name, plural(t.Devices, "device"), t.PhysicalCoresPerDevice,
 			t.DefaultLNC, logical, plural(t.Devices, "device"), perDevice,
-			logical, t.DefaultLNC, t.DefaultLNC, r.Count, (r.Count+t.DefaultLNC-1)/t.DefaultLNC)
+			logical, t.DefaultLNC, t.DefaultLNC, r.Count, t.LogicalCoresOfPhysical(r.Count, t.DefaultLNC))
 		return []Warning{{Reason: ReasonKarpenterNeuronCoreMismatch, Message: msg}}
 	}
 	return nil
@@ -111,6 +111,7 @@ func skippedTopology(s *sim, r allocation.Request, allowed []topology.InstanceTy
 	if err != nil {
 		return nil
 	}
+	req := topology.Request{Unit: unit, Count: r.Count}
 	var what string
 	switch {
 	case unit == topology.UnitDevice && r.Count > 1:
@@ -118,11 +119,11 @@ func skippedTopology(s *sim, r allocation.Request, allowed []topology.InstanceTy
 	case unit == topology.UnitCore:
 		for _, t := range allowed {
 			shape := s.shape(t)
-			if shape == nil || shape.Validate(topology.Request{Unit: unit, Count: r.Count}) != nil {
+			if shape == nil || shape.Validate(req) != nil {
 				continue // a type that cannot serve the count at all is Check's concern
 			}
-			if perDevice := t.LogicalCoresPerDevice(t.DefaultLNC); r.Count > perDevice {
-				what = fmt.Sprintf("%d cores, more than one device of %s holds (%d)", r.Count, t.Name, perDevice)
+			if shape.DevicesNeeded(req) > 1 {
+				what = fmt.Sprintf("%d cores, more than one device of %s holds (%d)", r.Count, t.Name, shape.CoresPerDevice)
 				break
 			}
 		}
@@ -131,8 +132,21 @@ func skippedTopology(s *sim, r allocation.Request, allowed []topology.InstanceTy
 		return nil
 	}
 	msg := fmt.Sprintf("container %s requests %s: %d (%s) but the pod's schedulerName is %s, not %s: the scheduler extender's topology checks are skipped. "+
-		"%s counts free devices and cores only, so it can place the pod on a node whose free devices are not connected (torus types accept only aligned blocks of 1, 4, 8 or 16 devices), "+
+		"%s counts free devices and cores only, so it can place the pod on a node whose free devices are not connected%s, "+
 		"and the kubelet then hands out what is free. Set spec.schedulerName: %s in the pod (template), or install the chart with scheduler.admissionPolicy.enabled=true to set it on every Neuron pod",
-		r.Container, r.Resource, r.Count, what, podScheduler, scheduler, podScheduler, scheduler)
+		r.Container, r.Resource, r.Count, what, podScheduler, scheduler, podScheduler, torusSizes(s), scheduler)
 	return &Warning{Reason: ReasonTopologyChecksSkipped, Message: msg}
+}
+
+// torusSizes says which device counts torus types accept, as the topology engine has them
+// (topology.Shape.DeviceSizes of the catalog's first torus type; the engine's torus is always the
+// 4x4 grid, so they all share the list): " (torus types accept only aligned blocks of 1, 4, 8 or
+// 16 devices)". It is "" when the catalog has no torus type.
+func torusSizes(s *sim) string {
+	for _, t := range s.cat.Types() {
+		if shape := s.shape(t); shape != nil && shape.Kind() == topology.KindTorus {
+			return " (torus types accept only aligned blocks of " + formatSizes(shape.DeviceSizes(), topology.UnitDevice) + ")"
+		}
+	}
+	return ""
 }

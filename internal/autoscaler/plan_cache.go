@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -135,19 +136,12 @@ func requestShape(d PodDemand) string {
 // fit: a core request its count, a device request all cores of its devices, a DRA All request
 // the whole node.
 func coresNeeded(d PodDemand, sh *topology.Shape) int {
-	n := 0
-	for _, r := range d.Requests {
-		if r.Resource == topology.ResourceNeuronCore {
-			n += r.Count
-		} else {
-			n += r.Count * sh.CoresPerDevice
-		}
-	}
+	n := allocation.CoresNeeded(sh, d.Requests)
 	for _, r := range d.DRA {
 		if r.All {
 			n += sh.Cores()
 		} else {
-			n += r.Count * sh.CoresPerDevice
+			n += sh.CoresNeeded(topology.Request{Unit: topology.UnitDevice, Count: r.Count})
 		}
 	}
 	return n

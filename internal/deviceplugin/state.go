@@ -79,7 +79,6 @@ func idsOf(resource string, hw topology.Allocation) []string {
 // Each withdrawn id maps to the reason, for logs and events.
 func Withdrawn(shape *topology.Shape, resource string, unhealthy []bool, holdings []Holding) map[string]string {
 	out := map[string]string{}
-	cpd := shape.CoresPerDevice
 	coreOwner := make([]string, shape.Cores())
 	for _, h := range holdings {
 		if h.Reserved && h.Resource == resource {
@@ -103,7 +102,7 @@ func Withdrawn(shape *topology.Shape, resource string, unhealthy []bool, holding
 	for _, id := range poolIDs(shape, resource) {
 		n, _ := strconv.Atoi(id)
 		cores := []int{n}
-		device := n / cpd
+		device := shape.DeviceOf(n)
 		if resource != topology.ResourceNeuronCore {
 			cores = shape.CoresOf(n)
 			device = n
