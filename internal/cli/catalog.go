@@ -48,7 +48,7 @@ func newCatalogCommand(o *options) *cobra.Command {
 					topo += fmt.Sprintf(", UltraServer of %d", t.UltraServerNodes)
 				}
 				fmt.Fprintf(w, "%s\t%d\t%d physical\t%s\t%d\t%d GiB\t%s\t%d\t%d GiB\t%s\n",
-					t.Name, t.Devices, t.PhysicalCoresPerDevice, lnc, t.Devices*t.LogicalCoresPerDevice(0),
+					t.Name, t.Devices, t.PhysicalCoresPerDevice, lnc, t.LogicalCores(0),
 					t.DeviceMemoryGiB, topo, t.VCPU, t.MemoryGiB, price)
 			}
 			if err := w.Flush(); err != nil {

@@ -270,7 +270,7 @@ func printNodes(ctx context.Context, out io.Writer, l *lab.Lab) error {
 		for _, t := range n.Spec.Taints {
 			taint = fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.Name, s.InstanceType.Name, s.Mode, s.LNC, s.InstanceType.Devices, s.InstanceType.Devices*s.InstanceType.LogicalCoresPerDevice(s.LNC), taint)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.Name, s.InstanceType.Name, s.Mode, s.LNC, s.InstanceType.Devices, s.InstanceType.LogicalCores(s.LNC), taint)
 	}
 	return w.Flush()
 }

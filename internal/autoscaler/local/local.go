@@ -113,7 +113,7 @@ func capacity(it topology.InstanceType, mode string) corev1.ResourceList {
 		devices := int64(it.Devices)
 		c[topology.ResourceNeuron] = *resource.NewQuantity(devices, resource.DecimalSI)
 		c[topology.ResourceNeuronDevice] = *resource.NewQuantity(devices, resource.DecimalSI)
-		c[topology.ResourceNeuronCore] = *resource.NewQuantity(devices*int64(it.LogicalCoresPerDevice(0)), resource.DecimalSI)
+		c[topology.ResourceNeuronCore] = *resource.NewQuantity(int64(it.LogicalCores(0)), resource.DecimalSI)
 	}
 	return c
 }
