@@ -137,11 +137,13 @@ func TestStatusAndDown(t *testing.T) {
 	exited := make(chan struct{})
 	go func() { _ = serve.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = serve.Process.Kill(); <-exited })
-	for {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", serve.Process.Pid)); strings.Contains(string(cmdline), "serve") {
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("the fake lab process did not start within 10 s")
+		}
 	}
 	writeFile(t, dir, lab.PIDFile, strconv.Itoa(serve.Process.Pid))
 

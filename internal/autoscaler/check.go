@@ -189,6 +189,15 @@ func WaitingForScaleUp(pod *corev1.Pod) bool {
 	return false
 }
 
+// ToleratesNeuronTaint reports whether the pod tolerates NeuronTaint, which every Neuron node
+// carries.
+func ToleratesNeuronTaint(pod *corev1.Pod) bool {
+	taint := NeuronTaint()
+	return slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool {
+		return t.ToleratesTaint(klog.Background(), &taint, false)
+	})
+}
+
 // IsDevicePluginDaemonSet reports whether ds is a Neuron device plugin: its name or its pod
 // template's name contains neuron-device-plugin (seed 000). It may have no pods yet.
 func IsDevicePluginDaemonSet(ds *appsv1.DaemonSet) bool {
@@ -284,14 +293,7 @@ func Check(d PodDemand, env Environment) []Problem {
 			"a Neuron node runs either the device plugin or the DRA driver, never both. Use one of them", d.Requests[0].Resource, DeviceClass))
 	}
 	taint := NeuronTaint()
-	tolerated := false
-	for i := range d.Pod.Spec.Tolerations {
-		if d.Pod.Spec.Tolerations[i].ToleratesTaint(klog.Background(), &taint, false) {
-			tolerated = true
-			break
-		}
-	}
-	if !tolerated {
+	if !ToleratesNeuronTaint(d.Pod) {
 		out = append(out, problem("the pod does not tolerate the taint %s=%s:%s that every Neuron node carries. "+
 			"Add a toleration for %s to the pod: tolerations: [{key: %s, operator: Exists, effect: %s}]",
 			taint.Key, taint.Value, taint.Effect, taint.Key, taint.Key, taint.Effect))

@@ -13,6 +13,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
+// errNoKubeconfig: neither the flags, $KUBECONFIG, ~/.kube/config nor a pod's service account
+// say which cluster to read.
+var errNoKubeconfig = errors.New("no kubeconfig found: pass --kubeconfig (or --server and --token), set $KUBECONFIG or write ~/.kube/config (kubectl config view shows what kubectl uses)")
+
 // defaultRequestTimeout bounds each API call when --request-timeout is not given.
 const defaultRequestTimeout = time.Minute
 
@@ -59,12 +63,12 @@ func (c *clientFlags) client() (kubernetes.Interface, error) {
 		}
 	}
 	if rawErr == nil && len(raw.Clusters) == 0 && *cf.APIServer == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
-		return nil, &exitError{code: ExitCluster, err: errors.New("no kubeconfig found: pass --kubeconfig (or --server and --token), set $KUBECONFIG or write ~/.kube/config (kubectl config view shows what kubectl uses)")}
+		return nil, &exitError{code: ExitCluster, err: errNoKubeconfig}
 	}
 	cfg, err := loader.ClientConfig()
 	switch {
 	case err != nil && clientcmd.IsEmptyConfig(err):
-		return nil, &exitError{code: ExitCluster, err: errors.New("no kubeconfig found: pass --kubeconfig (or --server and --token), set $KUBECONFIG or write ~/.kube/config (kubectl config view shows what kubectl uses)")}
+		return nil, &exitError{code: ExitCluster, err: errNoKubeconfig}
 	case err != nil && clientcmd.IsConfigurationInvalid(err):
 		return nil, usageErr("the kubeconfig is not usable: %w (kubectl config get-contexts lists the contexts)", err)
 	case err != nil:

@@ -2,14 +2,13 @@ package lab
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
-	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // PendingFacts are what the explanation of a pending pod depends on in a lab.
@@ -64,7 +63,7 @@ func ExplainPending(pod *corev1.Pod, events []corev1.Event, f PendingFacts) stri
 	}
 	parts := []string{"no node takes it: " + strings.TrimSpace(cond.Message)}
 	neuron := asksForNeuron(pod)
-	if !toleratesNeuronTaint(pod) {
+	if !autoscaler.ToleratesNeuronTaint(pod) {
 		hint := fmt.Sprintf("every Neuron node carries the taint %s=%s:%s, and the pod does not tolerate it",
 			labels.NeuronTaintKey, labels.NeuronTaintValue, labels.NeuronTaintEffect)
 		switch {
@@ -75,9 +74,9 @@ func ExplainPending(pod *corev1.Pod, events []corev1.Event, f PendingFacts) stri
 		}
 		parts = append(parts, hint)
 	}
-	// neuron-autoscaler's event reasons about a pending pod (internal/autoscaler).
+	// neuron-autoscaler's event reasons about a pending pod.
 	fromAutoscaler := func(e corev1.Event) bool {
-		return e.Reason == "TriggeredScaleUp" || e.Reason == "NotTriggerScaleUp" || e.Reason == "FailedScaleUp"
+		return e.Reason == autoscaler.ReasonTriggeredScaleUp || e.Reason == autoscaler.ReasonNotTriggerScaleUp || e.Reason == autoscaler.ReasonFailedScaleUp
 	}
 	switch e := lastEvent(events, fromAutoscaler); {
 	case !neuron:
@@ -95,21 +94,7 @@ func ExplainPending(pod *corev1.Pod, events []corev1.Event, f PendingFacts) stri
 // asksForNeuron reports whether the pod asks for Neuron hardware: a resource of the device
 // plugin or a ResourceClaim (which the autoscaler resolves to the DRA driver's devices).
 func asksForNeuron(pod *corev1.Pod) bool {
-	if len(pod.Spec.ResourceClaims) > 0 {
-		return true
-	}
-	neuron := []corev1.ResourceName{topology.ResourceNeuron, topology.ResourceNeuronCore, topology.ResourceNeuronDevice}
-	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
-		for _, r := range neuron {
-			if _, ok := c.Resources.Limits[r]; ok {
-				return true
-			}
-			if _, ok := c.Resources.Requests[r]; ok {
-				return true
-			}
-		}
-	}
-	return false
+	return len(pod.Spec.ResourceClaims) > 0 || len(allocation.PodRequests(pod)) > 0
 }
 
 // isChartScheduler reports whether the pod is one of the chart's extender or my-scheduler pods,
@@ -123,16 +108,6 @@ func isChartScheduler(pod *corev1.Pod) bool {
 func unschedulable(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return true
-		}
-	}
-	return false
-}
-
-func toleratesNeuronTaint(pod *corev1.Pod) bool {
-	taint := &corev1.Taint{Key: labels.NeuronTaintKey, Value: labels.NeuronTaintValue, Effect: corev1.TaintEffect(labels.NeuronTaintEffect)}
-	for i := range pod.Spec.Tolerations {
-		if pod.Spec.Tolerations[i].ToleratesTaint(klog.TODO(), taint, false) {
 			return true
 		}
 	}

@@ -53,8 +53,10 @@ func startFakeLab(t *testing.T, dir string, ready *ReadyInfo) *exec.Cmd {
 		_ = cmd.Process.Kill()
 		<-done
 	})
-	for !isLabServe(cmd.Process.Pid) { // until the exec is done
-		time.Sleep(5 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); !isLabServe(cmd.Process.Pid); time.Sleep(5 * time.Millisecond) { // until the exec is done
+		if time.Now().After(deadline) {
+			t.Fatal("the fake lab process did not start within 10 s")
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, PIDFile), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
