@@ -650,8 +650,8 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 	})
 }
 
-// TestAutoscalerAlone: the autoscaler renders its own objects and nothing else (it was planned,
-// and rendered nothing, until issue 7 item 7).
+// TestAutoscalerAlone: with only the autoscaler enabled, the chart renders the autoscaler's own
+// objects and nothing else.
 func TestAutoscalerAlone(t *testing.T) {
 	t.Parallel()
 	m := render(t, append([]string{"devicePlugin.enabled=false", "npd.enabled=false"}, autoscalerEC2...)...)
