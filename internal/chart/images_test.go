@@ -162,8 +162,9 @@ func TestDefaultImagesAreTheBinaries(t *testing.T) {
 	}
 }
 
-// TestImageSchema checks the image values against values.schema.json: the old single-image key
-// image.repository is an error that names it, and registries and tags must be references.
+// TestImageSchema checks the image values against values.schema.json: a single-image key
+// image.repository (one image for every component) is an error that names it, and registries
+// and tags must be references.
 func TestImageSchema(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
