@@ -331,13 +331,11 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 			t.Logf("pod %s planned onto %s runs on %s", p.Name, planned, got.Spec.NodeName)
 		}
 	}
-	// What must hold: every pod runs on its planned node, the nodes in use are the plan's and
-	// cost what it costs. 0 pods off their planned node in the 9 runs here since the extender
-	// keeps pods for their planned node (before: 1 to 4 in most runs, and one node more than the
-	// plan in about half, $55.04 to $76.31 against $54.81; before the launching taint 13 to 19 of
-	// 20 pods). The tolerance below is for a loaded machine: at most 2 pods off their planned
-	// node, and for each of them at most one node beyond the plan, no dearer than a node of its
-	// own for that pod.
+	// What should hold: every pod runs on its planned node, and the nodes in use are the plan's
+	// and cost what it costs (the extender keeps each pod for its planned node, and the
+	// launching taint holds the nodes until they are released together). The tolerance below is
+	// for a loaded machine: at most 2 pods off their planned node, and for each of them at most
+	// one node beyond the plan, no dearer than a node of its own for that pod.
 	if len(moved) > 2 {
 		t.Errorf("%d of %d pods run off their planned node, want at most 2", len(moved), len(pods))
 	}
