@@ -276,7 +276,8 @@ func TestChurn(t *testing.T) {
 		t.Fatal("no churn pod runs")
 	}
 	// Refusals at admission are safe (nothing is shared) and logged above; their rate under churn
-	// is an open problem (see docs/scheduler-extender.md), not part of this test's contract.
+	// is a known problem (docs/scheduler-extender.md, "Known problem: refusals at admission under
+	// churn"), not part of this test's contract.
 	// The device plugins' view agrees: every core held by a running pod is withdrawn or owned.
 	for _, node := range []string{"churn-0", "churn-1", "churn-inf2"} {
 		n := framework.L.Simulator().Node(node)
