@@ -61,11 +61,17 @@ func (w *ClaimWrapper) Device(request, pool string, devices ...string) *ClaimWra
 // Config adds NeuronDriver's opaque config params (JSON) for requests (all when none), taken
 // from the claim, to the allocation.
 func (w *ClaimWrapper) Config(params string, requests ...string) *ClaimWrapper {
+	return w.ConfigFrom(NeuronDriver, resourceapi.AllocationConfigSourceClaim, params, requests...)
+}
+
+// ConfigFrom adds an opaque config of driver, from source (the claim or its class), for
+// requests (all when none), to the allocation.
+func (w *ClaimWrapper) ConfigFrom(driver string, source resourceapi.AllocationConfigSource, params string, requests ...string) *ClaimWrapper {
 	a := w.allocation()
 	a.Devices.Config = append(a.Devices.Config, resourceapi.DeviceAllocationConfiguration{
-		Source: resourceapi.AllocationConfigSourceClaim, Requests: requests,
+		Source: source, Requests: requests,
 		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-			Driver: NeuronDriver, Parameters: runtime.RawExtension{Raw: []byte(params)},
+			Driver: driver, Parameters: runtime.RawExtension{Raw: []byte(params)},
 		}},
 	})
 	return w
@@ -80,6 +86,15 @@ func (w *ClaimWrapper) ReservedFor(pod string) *ClaimWrapper {
 		Resource: "pods", Name: pod, UID: UIDOf(pod),
 	})
 	return w
+}
+
+// Template returns a ResourceClaimTemplate with the claim's namespace and name whose claims
+// get the claim's spec (its requests).
+func (w *ClaimWrapper) Template() *resourceapi.ResourceClaimTemplate {
+	return &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.c.Namespace, Name: w.c.Name, UID: w.c.UID},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: *w.c.Spec.DeepCopy()},
+	}
 }
 
 func (w *ClaimWrapper) allocation() *resourceapi.AllocationResult {

@@ -4,6 +4,7 @@
 //	testkit.MakePod().Name("p").Neuron(4).Node("trn1-a").Obj()
 //	testkit.MakeNode().Name("trn1-a").InstanceType("trn1.32xlarge").Obj()
 //	testkit.MakeClaim().Name("c").Device("neurons", "trn1-a", "neurondevice0").Obj()
+//	testkit.MakeClaim().Name("four").Request("neurons", 4).Template()
 //
 // Defaults are few and explicit:
 //   - objects live in DefaultNamespace ("default") until Namespace says otherwise;

@@ -162,6 +162,14 @@ func TestClaim(t *testing.T) {
 	if c.Namespace != "ml" || !reflect.DeepEqual(*c.Status.Allocation, want) {
 		t.Errorf("allocation %+v, want %+v", c.Status.Allocation, want)
 	}
+	if c := MakeClaim().ConfigFrom("other.example.com", resourceapi.AllocationConfigSourceClass, "{}").Obj(); c.Status.Allocation.Devices.Config[0].Source != resourceapi.AllocationConfigSourceClass ||
+		c.Status.Allocation.Devices.Config[0].Opaque.Driver != "other.example.com" || c.Status.Allocation.Devices.Config[0].Requests != nil {
+		t.Errorf("ConfigFrom: %+v", c.Status.Allocation.Devices.Config)
+	}
+	tmpl := MakeClaim().Name("four").Request("neurons", 4).Template()
+	if tmpl.Namespace != "default" || tmpl.Name != "four" || len(tmpl.Spec.Spec.Devices.Requests) != 1 || tmpl.Spec.Spec.Devices.Requests[0].Exactly.Count != 4 {
+		t.Errorf("Template() = %+v", tmpl)
+	}
 	if r := c.Status.ReservedFor; len(r) != 1 || r[0].Name != "p" || r[0].UID != "uid-p" || r[0].Resource != "pods" {
 		t.Errorf("reserved for %+v", r)
 	}
