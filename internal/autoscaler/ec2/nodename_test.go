@@ -9,7 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -17,7 +16,7 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler/ec2"
-	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -87,19 +86,8 @@ func TestControllerNominatesToThePrivateDNSName(t *testing.T) {
 	e := setup(t, func(o *ec2.Options) { o.Region = "us-east-1" })
 	e.fake.AddSubnet("subnet-a", "us-east-1a")
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "neuron-device-plugin"}}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "train", UID: "uid-train"},
-		Spec: corev1.PodSpec{
-			Tolerations: []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-			Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{topology.ResourceNeuron: resource.MustParse("1")},
-				Limits:   corev1.ResourceList{topology.ResourceNeuron: resource.MustParse("1")},
-			}}},
-		},
-		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable},
-		}},
-	}
+	pod := testkit.MakePod().Name("train").TolerateNeuron().DefaultedContainer("c", topology.ResourceNeuron, 1).Pending().Obj()
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
 	client := fake.NewClientset(ds, pod)
 	// run runs a controller until stop is called; rounds receives once per round the
 	// controller starts.
