@@ -381,78 +381,102 @@ func checkAllocations(ctx context.Context, client kubernetes.Interface, f *fleet
 	if err != nil {
 		return 0, 0, err
 	}
-	byName := map[string]*resourceapi.ResourceClaim{}
+	a := &allocationCheck{f: f, c: c, byName: map[string]*resourceapi.ResourceClaim{}, owner: map[string]string{}, nodes: map[string]bool{},
+		group: resourceapi.QualifiedName(fmt.Sprintf("resource.aws.com/devicegroup%d_id", c.matchGroup))}
 	for i := range claims.Items {
-		byName[claims.Items[i].Name] = &claims.Items[i]
+		a.byName[claims.Items[i].Name] = &claims.Items[i]
 	}
-	group := resourceapi.QualifiedName(fmt.Sprintf("resource.aws.com/devicegroup%d_id", c.matchGroup))
-	owner := map[string]string{} // node/device -> claim
 	if c.fragmented {
 		for _, n := range f.nodes {
-			owner[n+"/"+dra.DeviceName(0)] = "the filler claim"
+			a.owner[n+"/"+dra.DeviceName(0)] = "the filler claim"
 		}
 	}
-	nodes := map[string]bool{}
-	var problems []string
-	nAligned := 0
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == "" {
-			problems = append(problems, p.Name+" not bound")
-			continue
-		}
-		nodes[p.Spec.NodeName] = true
-		if len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
-			problems = append(problems, p.Name+": no claim in its status")
-			continue
-		}
-		cl := byName[*p.Status.ResourceClaimStatuses[0].ResourceClaimName]
-		if cl == nil || cl.Status.Allocation == nil {
-			problems = append(problems, p.Name+": claim missing or not allocated")
-			continue
-		}
-		results := cl.Status.Allocation.Devices.Results
-		if len(results) != c.count {
-			problems = append(problems, fmt.Sprintf("%s: %d devices allocated, want %d", cl.Name, len(results), c.count))
-			continue
-		}
-		var ids []int
-		groups := map[string]bool{}
-		for _, res := range results {
-			if res.Driver != dra.DriverName || res.Pool != p.Spec.NodeName {
-				problems = append(problems, fmt.Sprintf("%s: device %s/%s/%s, want one of driver %s in pool %s", cl.Name, res.Driver, res.Pool, res.Device, dra.DriverName, p.Spec.NodeName))
-				continue
-			}
-			id, ok := dra.ParseDeviceName(res.Device)
-			if !ok {
-				problems = append(problems, fmt.Sprintf("%s: unexpected device %s", cl.Name, res.Device))
-				continue
-			}
-			ids = append(ids, id)
-			k := res.Pool + "/" + res.Device
-			if o, ok := owner[k]; ok {
-				problems = append(problems, fmt.Sprintf("device %s given to %s and %s", k, o, cl.Name))
-			}
-			owner[k] = cl.Name
-			if c.matchGroup > 0 {
-				groups[f.stringAttr(res.Pool, id, group)] = true
-			}
-		}
-		if c.matchGroup > 0 && len(groups) != 1 {
-			problems = append(problems, fmt.Sprintf("%s: devices %v span %d %s values", cl.Name, ids, len(groups), group))
-		}
-		slices.Sort(ids)
-		if len(ids) == c.count && ids[0]%c.count == 0 && ids[c.count-1] == ids[0]+c.count-1 {
-			nAligned++
-		}
+	for i := range pods.Items {
+		a.pod(&pods.Items[i])
 	}
 	if len(pods.Items) != want {
-		problems = append(problems, fmt.Sprintf("%d pods, want %d", len(pods.Items), want))
+		a.problems = append(a.problems, fmt.Sprintf("%d pods, want %d", len(pods.Items), want))
 	}
-	if len(problems) > 0 {
+	if len(a.problems) > 0 {
+		problems := a.problems
 		if len(problems) > 10 {
 			problems = append(problems[:10], fmt.Sprintf("... %d more", len(problems)-10))
 		}
-		return 0, 0, fmt.Errorf("%d problems with the allocations:\n  %s", len(problems), strings.Join(problems, "\n  "))
+		return 0, 0, fmt.Errorf("%d problems with the allocations:\n  %s", len(a.problems), strings.Join(problems, "\n  "))
 	}
-	return float64(nAligned) / float64(want), len(nodes), nil
+	return float64(a.aligned) / float64(want), len(a.nodes), nil
+}
+
+// allocationCheck is checkAllocations' state over the run's pods.
+type allocationCheck struct {
+	f        *fleet
+	c        config
+	group    resourceapi.QualifiedName
+	byName   map[string]*resourceapi.ResourceClaim
+	owner    map[string]string // node/device -> claim
+	nodes    map[string]bool
+	aligned  int
+	problems []string
+}
+
+// pod checks the claim of one pod.
+func (a *allocationCheck) pod(p *corev1.Pod) {
+	if p.Spec.NodeName == "" {
+		a.problems = append(a.problems, p.Name+" not bound")
+		return
+	}
+	a.nodes[p.Spec.NodeName] = true
+	if len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		a.problems = append(a.problems, p.Name+": no claim in its status")
+		return
+	}
+	cl := a.byName[*p.Status.ResourceClaimStatuses[0].ResourceClaimName]
+	if cl == nil || cl.Status.Allocation == nil {
+		a.problems = append(a.problems, p.Name+": claim missing or not allocated")
+		return
+	}
+	results := cl.Status.Allocation.Devices.Results
+	if len(results) != a.c.count {
+		a.problems = append(a.problems, fmt.Sprintf("%s: %d devices allocated, want %d", cl.Name, len(results), a.c.count))
+		return
+	}
+	var ids []int
+	groups := map[string]bool{}
+	for _, res := range results {
+		id, ok := a.device(cl.Name, p.Spec.NodeName, res)
+		if !ok {
+			continue
+		}
+		ids = append(ids, id)
+		if a.c.matchGroup > 0 {
+			groups[a.f.stringAttr(res.Pool, id, a.group)] = true
+		}
+	}
+	if a.c.matchGroup > 0 && len(groups) != 1 {
+		a.problems = append(a.problems, fmt.Sprintf("%s: devices %v span %d %s values", cl.Name, ids, len(groups), a.group))
+	}
+	slices.Sort(ids)
+	if len(ids) == a.c.count && ids[0]%a.c.count == 0 && ids[a.c.count-1] == ids[0]+a.c.count-1 {
+		a.aligned++
+	}
+}
+
+// device checks one device given to claim on node and returns its id; a device of another
+// driver or pool, or given to two claims, is a problem.
+func (a *allocationCheck) device(claim, node string, res resourceapi.DeviceRequestAllocationResult) (int, bool) {
+	if res.Driver != dra.DriverName || res.Pool != node {
+		a.problems = append(a.problems, fmt.Sprintf("%s: device %s/%s/%s, want one of driver %s in pool %s", claim, res.Driver, res.Pool, res.Device, dra.DriverName, node))
+		return 0, false
+	}
+	id, ok := dra.ParseDeviceName(res.Device)
+	if !ok {
+		a.problems = append(a.problems, fmt.Sprintf("%s: unexpected device %s", claim, res.Device))
+		return 0, false
+	}
+	k := res.Pool + "/" + res.Device
+	if o, ok := a.owner[k]; ok {
+		a.problems = append(a.problems, fmt.Sprintf("device %s given to %s and %s", k, o, claim))
+	}
+	a.owner[k] = claim
+	return id, true
 }

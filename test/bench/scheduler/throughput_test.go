@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,45 +212,12 @@ func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
 	defer cancel()
 
 	// The extender (ours starts before the backlog exists, as a long-running one would).
-	var (
-		url     string
-		verbs   *verbStats
-		counter *apiCounter
-		limiter *timedLimiter
-	)
-	schedConfig := []byte("profiles:\n- schedulerName: " + name + "\n")
-	if kind != kindPlain {
-		cfg, c, l := instrumentedClientConfig(e.cp.RESTConfig(), e.s.extenderQPS)
-		counter, limiter, verbs = c, l, newVerbStats()
-		// Both extenders talk to the API server as the components do (kubeclient.New).
-		client, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
-		if err != nil {
-			return r, err
-		}
-		var h = nothingHandler(client)
-		if isOurs(kind) {
-			ext, err := extender.New(extender.Options{Client: client, LeaseNamespace: leaseNamespace})
-			if err != nil {
-				return r, err
-			}
-			if err := ext.Start(runCtx); err != nil {
-				return r, err
-			}
-			// As on SIGTERM: release the bind Leases, so that the next iteration's extender
-			// (a new holder) takes the nodes at once rather than after they expire.
-			defer func() {
-				sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
-				defer scancel()
-				ext.Shutdown(sctx)
-			}()
-			h = ext.Handler(runCtx)
-		}
-		if url, err = serveHTTP(runCtx, verbs.wrap(h)); err != nil {
-			return r, err
-		}
-		if schedConfig, err = withSchedulerName(lab.ExtenderSchedulerConfig(url), name, kind == kindOursNoPrio); err != nil {
-			return r, err
-		}
+	x, schedConfig, err := e.startExtender(ctx, runCtx, kind, name)
+	if x != nil && x.shutdown != nil {
+		defer x.shutdown()
+	}
+	if err != nil {
+		return r, err
 	}
 
 	// The backlog, then a watch that timestamps bindings.
@@ -261,23 +229,15 @@ func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
 		return r, err
 	}
 
-	var verbs0 map[string]callStat
-	var api0 map[string]callStat
-	var limiter0 int64
-	if verbs != nil {
-		verbs0, api0, limiter0 = verbs.snapshot(), counter.snapshot(), limiter.waited.Load()
+	var x0 instruments
+	if x != nil {
+		x0 = x.snapshot()
 	}
-	if e.s.cpuProfile != "" && kind != kindPlain {
-		f, err := os.Create(cpuProfilePath(e.s.cpuProfile, kind))
-		if err != nil {
-			return r, err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			_ = f.Close()
-			return r, err
-		}
-		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	stopCPUProfile, err := e.startCPUProfile(kind)
+	if err != nil {
+		return r, err
 	}
+	defer stopCPUProfile()
 	cpu0 := benchutil.CPUSeconds(e.cp)
 	start := time.Now()
 	if err := e.cp.StartScheduler(ctx, name, schedConfig); err != nil {
@@ -288,21 +248,7 @@ func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
 			err = serr
 		}
 	}()
-	var profiles []chan error
-	if e.s.apiProfiles != "" {
-		profiled := make(chan error, 1)
-		go func() {
-			profiled <- e.apiserverProfile(runCtx, filepath.Join(e.s.apiProfiles, "apiserver-"+kind+".prof"))
-		}()
-		profiles = append(profiles, profiled)
-	}
-	if e.s.schedProfiles != "" {
-		profiled := make(chan error, 1)
-		go func() {
-			profiled <- e.schedulerProfile(runCtx, name, filepath.Join(e.s.schedProfiles, "scheduler-"+kind+".prof"))
-		}()
-		profiles = append(profiles, profiled)
-	}
+	profiles := e.startProfiles(runCtx, kind, name)
 	first, last, err := w.Wait(ctx, e.cp.LogPath(name))
 	if err != nil {
 		return r, err
@@ -313,44 +259,152 @@ func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
 		}
 	}
 	cpu1 := benchutil.CPUSeconds(e.cp)
-	if e.s.cpuProfile != "" && kind != kindPlain {
-		pprof.StopCPUProfile()
-	}
+	stopCPUProfile()
 	r.wall, r.drain = last.Sub(start), last.Sub(first)
 	r.nodeGap, r.active = shape(w.Bindings())
 	r.cpu = benchutil.CPUDelta(cpu1, cpu0)
 	delete(r.cpu, name)
 	r.cpu["scheduler under test"] = cpu1[name] // since its start, startup included
-	if verbs != nil {
-		r.verbs = diffStats(verbs.snapshot(), verbs0)
-		r.api = diffStats(counter.snapshot(), api0)
-		r.limiter = time.Duration(limiter.waited.Load() - limiter0)
+	if x != nil {
+		x.since(x0, &r)
 	}
 	if isOurs(kind) {
-		if r.metrics, err = benchutil.Scrape(ctx, nil, url+"/metrics"); err != nil {
+		if r.metrics, err = benchutil.Scrape(ctx, nil, x.url+"/metrics"); err != nil {
 			return r, err
 		}
 	}
-
-	pods, err := e.client.CoreV1().Pods(benchutil.Namespace).List(ctx, benchutil.RunPods(name))
-	if err != nil {
+	if err := e.checkRun(ctx, name, &r); err != nil {
 		return r, err
-	}
-	nodes := map[string]bool{}
-	for _, p := range pods.Items {
-		nodes[p.Spec.NodeName] = true
-	}
-	r.nodesUsed = len(nodes)
-	if isOurs(kind) {
-		if err := checkRecords(pods.Items, e.s.pods); err != nil {
-			return r, err
-		}
 	}
 	if err := benchutil.StopProcess(e.cp, name); err != nil {
 		return r, err
 	}
 	cancel()
 	return r, benchutil.DeletePods(ctx, e.client, name)
+}
+
+// runExtender is a run's extender: the URL it serves, its instruments and, for ours, how to
+// shut it down.
+type runExtender struct {
+	url      string
+	verbs    *verbStats
+	counter  *apiCounter
+	limiter  *timedLimiter
+	shutdown func()
+}
+
+// instruments is a snapshot of an extender's instruments.
+type instruments struct {
+	verbs, api map[string]callStat
+	waited     int64
+}
+
+func (x *runExtender) snapshot() instruments {
+	return instruments{verbs: x.verbs.snapshot(), api: x.counter.snapshot(), waited: x.limiter.waited.Load()}
+}
+
+// since records in r what the instruments counted since x0.
+func (x *runExtender) since(x0 instruments, r *result) {
+	r.verbs = diffStats(x.verbs.snapshot(), x0.verbs)
+	r.api = diffStats(x.counter.snapshot(), x0.api)
+	r.limiter = time.Duration(x.limiter.waited.Load() - x0.waited)
+}
+
+// startExtender starts the kind's extender, none for plain, and returns the configuration of
+// the scheduler called name that calls it. Ours runs until runCtx ends; call shutdown, when
+// set, even on an error.
+func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*runExtender, []byte, error) {
+	schedConfig := []byte("profiles:\n- schedulerName: " + name + "\n")
+	if kind == kindPlain {
+		return nil, schedConfig, nil
+	}
+	cfg, counter, limiter := instrumentedClientConfig(e.cp.RESTConfig(), e.s.extenderQPS)
+	x := &runExtender{verbs: newVerbStats(), counter: counter, limiter: limiter}
+	// Both extenders talk to the API server as the components do (kubeclient.New).
+	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
+	if err != nil {
+		return x, nil, err
+	}
+	var h = nothingHandler(client)
+	if isOurs(kind) {
+		ext, err := extender.New(extender.Options{Client: client, LeaseNamespace: leaseNamespace})
+		if err != nil {
+			return x, nil, err
+		}
+		if err := ext.Start(runCtx); err != nil {
+			return x, nil, err
+		}
+		// As on SIGTERM: release the bind Leases, so that the next iteration's extender
+		// (a new holder) takes the nodes at once rather than after they expire.
+		x.shutdown = func() {
+			sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+			defer scancel()
+			ext.Shutdown(sctx)
+		}
+		h = ext.Handler(runCtx)
+	}
+	if x.url, err = serveHTTP(runCtx, x.verbs.wrap(h)); err != nil {
+		return x, nil, err
+	}
+	schedConfig, err = withSchedulerName(lab.ExtenderSchedulerConfig(x.url), name, kind == kindOursNoPrio)
+	return x, schedConfig, err
+}
+
+// startCPUProfile profiles the test process (which holds the extender) during an extender's
+// run when BENCH_CPUPROFILE is set; stop stops it, once, and may be called again.
+func (e *env) startCPUProfile(kind string) (stop func(), err error) {
+	if e.s.cpuProfile == "" || kind == kindPlain {
+		return func() {}, nil
+	}
+	f, err := os.Create(cpuProfilePath(e.s.cpuProfile, kind))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { pprof.StopCPUProfile(); _ = f.Close() }) }, nil
+}
+
+// startProfiles takes the CPU profiles of the kube-apiserver and of the scheduler under test
+// that BENCH_APISERVER_PROFILES and BENCH_SCHEDULER_PROFILES ask for; each channel gets the
+// outcome of one.
+func (e *env) startProfiles(ctx context.Context, kind, name string) []chan error {
+	var profiles []chan error
+	if e.s.apiProfiles != "" {
+		profiled := make(chan error, 1)
+		go func() {
+			profiled <- e.apiserverProfile(ctx, filepath.Join(e.s.apiProfiles, "apiserver-"+kind+".prof"))
+		}()
+		profiles = append(profiles, profiled)
+	}
+	if e.s.schedProfiles != "" {
+		profiled := make(chan error, 1)
+		go func() {
+			profiled <- e.schedulerProfile(ctx, name, filepath.Join(e.s.schedProfiles, "scheduler-"+kind+".prof"))
+		}()
+		profiles = append(profiles, profiled)
+	}
+	return profiles
+}
+
+// checkRun counts the nodes the run's pods were bound to and, for ours, checks their records.
+func (e *env) checkRun(ctx context.Context, name string, r *result) error {
+	pods, err := e.client.CoreV1().Pods(benchutil.Namespace).List(ctx, benchutil.RunPods(name))
+	if err != nil {
+		return err
+	}
+	nodes := map[string]bool{}
+	for _, p := range pods.Items {
+		nodes[p.Spec.NodeName] = true
+	}
+	r.nodesUsed = len(nodes)
+	if isOurs(r.kind) {
+		return checkRecords(pods.Items, e.s.pods)
+	}
+	return nil
 }
 
 // apiserverProfile writes a CPU profile of the kube-apiserver taken from its /debug/pprof
@@ -620,44 +674,17 @@ func formatReport(s settings, results []result) string {
 	}
 	sb.WriteString("\n")
 
-	// The extenders, per verb and per API request.
+	sb.WriteString(formatExtenders(byKind))
+	return sb.String()
+}
+
+// formatExtenders renders, for the extenders' last runs, where their time goes: per verb
+// (server side), per API request (client side) and, for ours, its own /metrics.
+func formatExtenders(byKind map[string]result) string {
+	var sb strings.Builder
 	for _, kind := range []string{kindNothing, kindOurs, kindOursNoPrio} {
-		r, ok := byKind[kind]
-		if !ok || r.verbs == nil {
-			continue
-		}
-		fmt.Fprintf(&sb, "\n%s extender (its last run), server side (handler time, JSON included):\n\n| verb | calls | calls/pod | mean ms | total s |\n|---|---:|---:|---:|---:|\n", kind)
-		for _, v := range []string{"filter", "prioritize", "bind"} {
-			c := r.verbs[v]
-			fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f | %.2f |\n", v, c.N, float64(c.N)/float64(r.pods), float64(c.mean().Microseconds())/1000, c.Total.Seconds())
-		}
-		fmt.Fprintf(&sb, "\n%s extender, API requests during the run (client side, rate-limiter wait total %.2f s):\n\n| request | count | per pod | mean ms |\n|---|---:|---:|---:|\n", kind, r.limiter.Seconds())
-		keys := make([]string, 0, len(r.api))
-		total := int64(0)
-		for k, c := range r.api {
-			keys = append(keys, k)
-			if !strings.HasPrefix(k, "watch ") {
-				total += c.N
-			}
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			c := r.api[k]
-			fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f |\n", k, c.N, float64(c.N)/float64(r.pods), float64(c.mean().Microseconds())/1000)
-		}
-		fmt.Fprintf(&sb, "| all | %d | %.2f | |\n", total, float64(total)/float64(r.pods))
-		// A bind's time: its API requests one after the other, the rest is waiting (for the
-		// node's lock, for the informer to show the node's previous decision) and CPU.
-		var apiTime time.Duration
-		for k, c := range r.api {
-			if !strings.HasPrefix(k, "watch ") && !strings.HasPrefix(k, "list ") {
-				apiTime += c.Total
-			}
-		}
-		if bind := r.verbs["bind"]; bind.N > 0 {
-			perBind := apiTime / time.Duration(bind.N)
-			fmt.Fprintf(&sb, "\n%s: a bind takes %.1f ms: %.1f ms in API requests, %.1f ms waiting (node lock, last decision in the cache) or computing\n",
-				kind, benchutil.Millis(bind.mean()), benchutil.Millis(perBind), benchutil.Millis(bind.mean()-perBind))
+		if r, ok := byKind[kind]; ok && r.verbs != nil {
+			sb.WriteString(formatExtenderCalls(kind, r))
 		}
 	}
 	for _, kind := range []string{kindOurs, kindOursNoPrio} {
@@ -675,6 +702,46 @@ func formatReport(s settings, results []result) string {
 			benchutil.HistogramQuantile(r.metrics, "neuron_scheduler_extender_bind_duration_seconds", 0.5),
 			benchutil.HistogramQuantile(r.metrics, "neuron_scheduler_extender_bind_duration_seconds", 0.99),
 			r.metrics["neuron_scheduler_extender_bind_retries_total"])
+	}
+	return sb.String()
+}
+
+// formatExtenderCalls renders an extender's calls: per verb, per API request, and what a
+// bind's time is made of.
+func formatExtenderCalls(kind string, r result) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n%s extender (its last run), server side (handler time, JSON included):\n\n| verb | calls | calls/pod | mean ms | total s |\n|---|---:|---:|---:|---:|\n", kind)
+	for _, v := range []string{"filter", "prioritize", "bind"} {
+		c := r.verbs[v]
+		fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f | %.2f |\n", v, c.N, float64(c.N)/float64(r.pods), float64(c.mean().Microseconds())/1000, c.Total.Seconds())
+	}
+	fmt.Fprintf(&sb, "\n%s extender, API requests during the run (client side, rate-limiter wait total %.2f s):\n\n| request | count | per pod | mean ms |\n|---|---:|---:|---:|\n", kind, r.limiter.Seconds())
+	keys := make([]string, 0, len(r.api))
+	total := int64(0)
+	for k, c := range r.api {
+		keys = append(keys, k)
+		if !strings.HasPrefix(k, "watch ") {
+			total += c.N
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		c := r.api[k]
+		fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f |\n", k, c.N, float64(c.N)/float64(r.pods), float64(c.mean().Microseconds())/1000)
+	}
+	fmt.Fprintf(&sb, "| all | %d | %.2f | |\n", total, float64(total)/float64(r.pods))
+	// A bind's time: its API requests one after the other, the rest is waiting (for the
+	// node's lock, for the informer to show the node's previous decision) and CPU.
+	var apiTime time.Duration
+	for k, c := range r.api {
+		if !strings.HasPrefix(k, "watch ") && !strings.HasPrefix(k, "list ") {
+			apiTime += c.Total
+		}
+	}
+	if bind := r.verbs["bind"]; bind.N > 0 {
+		perBind := apiTime / time.Duration(bind.N)
+		fmt.Fprintf(&sb, "\n%s: a bind takes %.1f ms: %.1f ms in API requests, %.1f ms waiting (node lock, last decision in the cache) or computing\n",
+			kind, benchutil.Millis(bind.mean()), benchutil.Millis(perBind), benchutil.Millis(bind.mean()-perBind))
 	}
 	return sb.String()
 }
