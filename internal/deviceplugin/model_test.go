@@ -19,9 +19,12 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2/ktesting"
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -173,10 +176,9 @@ func newKubeletModel(t *testing.T, pools []string, seed uint64) *kubeletModel {
 // startPlugin starts a plugin process on the model's node: nothing in memory, the answers of
 // the previous process from its checkpoint.
 func (m *kubeletModel) startPlugin() error {
-	p, _, ctx := testPlugin(m.t)
-	p.shape, p.health = m.shape, neuron.NewHealth(m.shape.Devices(), nil)
-	p.o.Client, p.o.StateDir = m.client, m.stateDir
-	p.pods = corelisters.NewPodLister(m.indexer)
+	_, ctx := ktesting.NewTestContext(m.t)
+	p := newPlugin(Options{NodeName: node, Client: m.client, Source: SourceAuto, StateDir: m.stateDir}, m.shape, neuron.NewHealth(m.shape.Devices(), nil))
+	p.pods, p.recorder = corelisters.NewPodLister(m.indexer), record.NewFakeRecorder(10)
 	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return m.podResources(), nil }
 	m.p, m.ctx = p, ctx
 	return p.loadCheckpoint(ctx)
@@ -417,7 +419,7 @@ func (m *kubeletModel) admitPod(name string) error {
 	got := map[string]topology.Allocation{}
 	for _, c := range m.pods[name] {
 		var available []string
-		for _, id := range poolIDs(m.p.shape, c.res) {
+		for _, id := range ledger.PoolIDs(m.p.shape, c.res) {
 			if !held[c.res][id] && !m.view[c.res][id] {
 				available = append(available, id)
 			}
@@ -427,7 +429,7 @@ func (m *kubeletModel) admitPod(name string) error {
 				name, c.name, c.count, len(available), available, sortedKeys(m.view[c.res]), sortedKeys(held[c.res])))
 		}
 		ids := m.p.preferred(m.ctx, c.res, available, nil, c.count)
-		if len(ids) != c.count || !allIn(ids, setOf(available)) {
+		if len(ids) != c.count || slices.ContainsFunc(ids, func(id string) bool { return !slices.Contains(available, id) }) {
 			ids = available[:c.count] // the kubelet ignores a preference it cannot take
 		}
 		r, err := m.p.allocate(m.ctx, c.res, ids)
@@ -505,7 +507,7 @@ func (m *kubeletModel) refresh() error {
 	var views []string
 	for _, res := range m.pools {
 		m.p.mu.Lock()
-		w := Withdrawn(m.p.shape, res, m.p.health.Unhealthy(), m.p.holdings)
+		w := m.p.ledger.Withdrawn(res, m.p.health.Unhealthy())
 		m.p.mu.Unlock()
 		m.view[res] = map[string]bool{}
 		for id := range w {
@@ -594,7 +596,7 @@ func (m *kubeletModel) checkSettled() error {
 	owner := map[int]string{}
 	for name, hw := range m.got {
 		c := recs[name]
-		if !c.Served || !sameHardware(m.p.shape, c, hw) {
+		if !c.Served || !ledger.SameHardware(m.p.shape, c, hw) {
 			return fmt.Errorf("settled: %s got devices %v cores %v, its record says devices %v cores %v served %v", name, hw.Devices, hw.Cores, c.Devices, c.Cores, c.Served)
 		}
 		for _, core := range hw.Cores {
@@ -622,6 +624,6 @@ func (m *kubeletModel) checkSettled() error {
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := slices.Collect(maps.Keys(m))
-	sortIDs(keys)
+	ledger.SortIDs(keys)
 	return keys
 }

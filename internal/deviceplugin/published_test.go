@@ -22,6 +22,7 @@ import (
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -86,13 +87,8 @@ func testPlugin(t *testing.T, pods ...*corev1.Pod) (*Plugin, *fake.Clientset, co
 		}
 	}
 	s := trn1(t)
-	p := &Plugin{
-		o: Options{NodeName: node, Client: client, Source: SourceAuto}, shape: s, metrics: newMetrics(),
-		pods: corelisters.NewPodLister(indexer), health: neuron.NewHealth(s.Devices(), nil),
-		served: map[string]servedEntry{}, inflight: map[string]time.Time{}, written: map[string]writtenEntry{}, pools: map[string]*pool{},
-		lastHealth: map[string]map[string]string{}, reported: map[string]bool{}, refreshCh: make(chan struct{}, 1),
-		recorder: record.NewFakeRecorder(10),
-	}
+	p := newPlugin(Options{NodeName: node, Client: client, Source: SourceAuto}, s, neuron.NewHealth(s.Devices(), nil))
+	p.pods, p.recorder = corelisters.NewPodLister(indexer), record.NewFakeRecorder(10)
 	return p, client, ctx
 }
 
@@ -103,22 +99,25 @@ func admitted(pod, res string, ids ...string) *podresv1.PodResources {
 	}}}
 }
 
-// refresh computes the holdings from the informer's pods and the PodResources, as refresh does.
-func refresh(t *testing.T, p *Plugin, podRes ...*podresv1.PodResources) []recordFix {
+// refresh computes the holdings from the informer's pods and the PodResources, as refresh does,
+// and returns the record fixes without writing them.
+func refresh(t *testing.T, p *Plugin, podRes ...*podresv1.PodResources) []ledger.Fix {
 	t.Helper()
-	pods, _ := p.pods.List(labels.Everything())
-	holdings, fixes := p.computeHoldings(pods, podRes, true, true)
 	p.mu.Lock()
-	p.holdings = holdings
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	snap := ledger.Snapshot{Pods: podViews(p.cachedPods()), Cached: true, Kubelet: admittedOf(podRes), KubeletOK: true, Now: time.Now()}
+	fixes, err := p.ledger.Refresh(snap, p.lookup(context.Background()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return fixes
 }
 
 func withdrawn(p *Plugin, res string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ids := slices.Collect(maps.Keys(Withdrawn(p.shape, res, p.health.Unhealthy(), p.holdings)))
-	sortIDs(ids)
+	ids := slices.Collect(maps.Keys(p.ledger.Withdrawn(res, p.health.Unhealthy())))
+	ledger.SortIDs(ids)
 	return ids
 }
 
@@ -223,7 +222,7 @@ func TestPublishedPodAdmittedByThisPlugin(t *testing.T) {
 	if got := withdrawn(p, topology.ResourceNeuron); !slices.Equal(got, []string{"1", "2"}) {
 		t.Errorf("neuron withdrawn %v, want 1, 2", got)
 	}
-	all := poolIDs(p.shape, topology.ResourceNeuronCore)
+	all := ledger.PoolIDs(p.shape, topology.ResourceNeuronCore)
 	if got := p.preferred(ctx, topology.ResourceNeuronCore, all, nil, 4); !slices.Equal(got, []string{"2", "3", "4", "5"}) {
 		t.Errorf("preferred %v, want the published ids 2-5", got)
 	}
@@ -270,11 +269,11 @@ func TestMatchPrefersExtenderRecords(t *testing.T) {
 		testPod("new").neuron(1).record(2000, 4).obj(),
 	)
 	refresh(t, p)
-	cands := p.candidates()
-	if c, ok := Match(cands, topology.ResourceNeuron, 1, nil); !ok || c.Pod != "ns/new" {
+	cands := p.ledger.Candidates(podViews(p.cachedPods()), true, time.Now())
+	if c, ok := ledger.Match(cands, topology.ResourceNeuron, 1, nil); !ok || c.Pod.String() != "ns/new" {
 		t.Errorf("matched %v, want ns/new", c.Pod)
 	}
-	if c, ok := Match(cands, topology.ResourceNeuron, 1, map[string]bool{"uid-new/app": true}); !ok || c.Pod != "ns/legacy" || !c.Published {
+	if c, ok := ledger.Match(cands, topology.ResourceNeuron, 1, map[ledger.ContainerRef]bool{{UID: "uid-new", Container: "app"}: true}); !ok || c.Pod.String() != "ns/legacy" || !c.Published {
 		t.Errorf("matched %+v, want ns/legacy", c)
 	}
 }
@@ -287,7 +286,7 @@ func TestMatchReadsAgainBeforeServingPublished(t *testing.T) {
 	if _, err := client.CoreV1().Pods("ns").Create(ctx, testPod("new").neuron(1).record(2000, 3).obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.preferred(ctx, topology.ResourceNeuron, poolIDs(p.shape, topology.ResourceNeuron), nil, 1); !slices.Equal(got, []string{"3"}) {
+	if got := p.preferred(ctx, topology.ResourceNeuron, ledger.PoolIDs(p.shape, topology.ResourceNeuron), nil, 1); !slices.Equal(got, []string{"3"}) {
 		t.Errorf("preferred %v, want the new pod's device 3", got)
 	}
 	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"3"})

@@ -2,8 +2,6 @@ package deviceplugin
 
 import (
 	"context"
-	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +17,7 @@ import (
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -152,43 +151,6 @@ func (c beforePatchPods) Patch(ctx context.Context, name string, pt types.PatchT
 	return c.PodInterface.Patch(ctx, name, pt, data, opts, subresources...)
 }
 
-// servedRecordPod is a pending pod with a record entry for devices, marked served or not.
-func servedRecordPod(name string, allocTime int64, served bool, devices ...int) *corev1.Pod {
-	pod := testPod(name).neuron(len(devices)).record(allocTime, devices...).obj()
-	r, _ := allocation.RecordOf(pod)
-	r.Containers[0].Served = served
-	maps.Copy(pod.Annotations, r.Annotations())
-	return pod
-}
-
-// TestChainedSwapsGiveTheWaitingPodTheHardwareNobodyGot: p13's call was matched to p08's
-// record (device 1; p08's own was swapped there before), then p08's call to p12's (device 2),
-// both before a refresh. p13 runs on 1, p08 on 2: p12 must get p13's old device 3, not p08's
-// old device 1.
-func TestChainedSwapsGiveTheWaitingPodTheHardwareNobodyGot(t *testing.T) {
-	p, _, _ := testPlugin(t,
-		servedRecordPod("p08", 8, true, 1),
-		servedRecordPod("p12", 12, true, 2),
-		servedRecordPod("p13", 13, false, 3),
-	)
-	s := p.shape
-	p.served[topology.ResourceNeuron+"|1"] = servedEntry{hw: hw(t, s, topology.ResourceNeuron, "1"), resource: topology.ResourceNeuron, kubelet: []string{"1"}, podUID: "uid-p08", pod: "ns/p08", container: "app", at: time.Now()}
-	p.served[topology.ResourceNeuron+"|2"] = servedEntry{hw: hw(t, s, topology.ResourceNeuron, "2"), resource: topology.ResourceNeuron, kubelet: []string{"2"}, podUID: "uid-p12", pod: "ns/p12", container: "app", at: time.Now()}
-	fixes := refresh(t, p, admitted("p13", topology.ResourceNeuron, "1"), admitted("p08", topology.ResourceNeuron, "2"))
-	want := map[string]string{"ns/p13": "[1] served", "ns/p08": "[2] served", "ns/p12": "[3] waiting"}
-	got := map[string]string{}
-	for _, f := range fixes {
-		state := "waiting"
-		if f.served {
-			state = "served"
-		}
-		got[f.pod] = fmt.Sprintf("%v %s", f.hw.Devices, state)
-	}
-	if !maps.Equal(got, want) {
-		t.Errorf("record fixes %v, want %v", got, want)
-	}
-}
-
 // TestAnAnswerBelongsToThePodThatGotIt: the kubelet admitted y first, and its call was matched to
 // x's record (the oldest), so the plugin's answer named x. Once PodResources show y holding the
 // ids, the answer is y's: when y has gone, and before the next refresh, a new pod placed on that
@@ -240,8 +202,8 @@ func TestACallMatchedToARunningContainersRecordIsRefused(t *testing.T) {
 	p, _, ctx := testPlugin(t, testPod("a").neuron(1).record(1, 0).obj())
 	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return nil, nil }
 	p.mu.Lock()
-	p.holdings = []Holding{{Pod: "ns/a", PodUID: "uid-a", Container: "app", Resource: topology.ResourceNeuron,
-		KubeletIDs: []string{"3"}, Hardware: hw(t, p.shape, topology.ResourceNeuron, "0"), Admitted: true}}
+	p.ledger.SetHoldings([]ledger.Holding{{Pod: ledger.PodKey{Namespace: "ns", Name: "a"}, PodUID: "uid-a", Container: "app", Resource: topology.ResourceNeuron,
+		KubeletIDs: []string{"3"}, Hardware: hw(t, p.shape, topology.ResourceNeuron, "0"), Admitted: true}})
 	p.mu.Unlock()
 	_, err := p.allocate(ctx, topology.ResourceNeuron, []string{"5"})
 	if err == nil {
@@ -262,8 +224,8 @@ func TestAGoneAnswersIdsHeldByAnotherPodStillConflict(t *testing.T) {
 	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) {
 		return []*podresv1.PodResources{admitted("y", topology.ResourceNeuron, "3")}, nil
 	}
-	p.served[topology.ResourceNeuron+"|3"] = servedEntry{hw: hw(t, p.shape, topology.ResourceNeuron, "0"), resource: topology.ResourceNeuron,
-		kubelet: []string{"3"}, podUID: "uid-x", pod: "ns/x", container: "app", at: time.Now()}
+	p.ledger.Restore(map[ledger.AnswerKey]ledger.Answer{ledger.KeyOf(topology.ResourceNeuron, []string{"3"}): {Hardware: hw(t, p.shape, topology.ResourceNeuron, "0"),
+		Resource: topology.ResourceNeuron, Kubelet: []string{"3"}, PodUID: "uid-x", Pod: ledger.PodKey{Namespace: "ns", Name: "x"}, Container: "app", At: time.Now()}}, time.Now())
 	_, err := p.allocate(ctx, topology.ResourceNeuron, []string{"5"})
 	if err == nil {
 		t.Fatal("z was served device 0, which y runs on")

@@ -1,10 +1,12 @@
-package deviceplugin
+package ledger
 
 import (
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
@@ -22,7 +24,7 @@ func trn1(t testing.TB) *topology.Shape {
 
 func hw(t testing.TB, s *topology.Shape, res string, ids ...string) topology.Allocation {
 	t.Helper()
-	a, err := hardwareOf(s, res, ids)
+	a, err := HardwareOf(s, res, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,17 +47,17 @@ func TestWithdrawn(t *testing.T) {
 		{name: "nothing", want: map[string][]string{dev: nil, alt: nil, core: nil}},
 		{
 			name:     "a device through neuron",
-			holdings: []Holding{{Pod: "a", Resource: dev, KubeletIDs: []string{"3"}, Hardware: hw(t, s, dev, "3")}},
+			holdings: []Holding{{Who: "a", Resource: dev, KubeletIDs: []string{"3"}, Hardware: hw(t, s, dev, "3")}},
 			want:     map[string][]string{dev: nil, alt: {"3"}, core: {"6", "7"}},
 		},
 		{
 			name:     "a core makes its device unavailable whole",
-			holdings: []Holding{{Pod: "a", Resource: core, KubeletIDs: []string{"9"}, Hardware: hw(t, s, core, "9")}},
+			holdings: []Holding{{Who: "a", Resource: core, KubeletIDs: []string{"9"}, Hardware: hw(t, s, core, "9")}},
 			want:     map[string][]string{dev: {"4"}, alt: {"4"}, core: nil},
 		},
 		{
 			name:     "extender record served on other hardware than the kubelet's ids",
-			holdings: []Holding{{Pod: "a", Resource: dev, KubeletIDs: []string{"0"}, Hardware: hw(t, s, dev, "8")}},
+			holdings: []Holding{{Who: "a", Resource: dev, KubeletIDs: []string{"0"}, Hardware: hw(t, s, dev, "8")}},
 			// the kubelet holds id 0 of neuron; the container runs on device 8
 			want: map[string][]string{dev: {"8"}, alt: {"8"}, core: {"16", "17"}},
 		},
@@ -67,8 +69,8 @@ func TestWithdrawn(t *testing.T) {
 			// the autoscaler e2e).
 			name: "an id stands in for hardware reserved for a waiting pod when the kubelet holds its id",
 			holdings: []Holding{
-				{Pod: "b", Resource: dev, KubeletIDs: []string{"3"}, Hardware: hw(t, s, dev, "4"), Admitted: true},
-				{Pod: "a", Resource: dev, Hardware: hw(t, s, dev, "3"), Reserved: true},
+				{Who: "b", Resource: dev, KubeletIDs: []string{"3"}, Hardware: hw(t, s, dev, "4"), Admitted: true},
+				{Who: "a", Resource: dev, Hardware: hw(t, s, dev, "3"), Reserved: true},
 			},
 			want: map[string][]string{dev: nil, alt: {"3", "4"}, core: {"6", "7", "8", "9"}},
 		},
@@ -79,9 +81,9 @@ func TestWithdrawn(t *testing.T) {
 			// stand in for 0-3, or the kubelet finds 4 ids of the 8 a asks for.
 			name: "ids stand in across chained swaps",
 			holdings: []Holding{
-				{Pod: "c", Resource: dev, KubeletIDs: []string{"12", "13", "14", "15"}, Hardware: hw(t, s, dev, "8", "9", "10", "11"), Admitted: true},
-				{Pod: "b", Resource: dev, KubeletIDs: []string{"0", "1", "2", "3"}, Hardware: hw(t, s, dev, "12", "13", "14", "15"), Admitted: true},
-				{Pod: "a", Resource: dev, Hardware: hw(t, s, dev, "0", "1", "2", "3", "4", "5", "6", "7"), Reserved: true},
+				{Who: "c", Resource: dev, KubeletIDs: []string{"12", "13", "14", "15"}, Hardware: hw(t, s, dev, "8", "9", "10", "11"), Admitted: true},
+				{Who: "b", Resource: dev, KubeletIDs: []string{"0", "1", "2", "3"}, Hardware: hw(t, s, dev, "12", "13", "14", "15"), Admitted: true},
+				{Who: "a", Resource: dev, Hardware: hw(t, s, dev, "0", "1", "2", "3", "4", "5", "6", "7"), Reserved: true},
 			},
 			want: map[string][]string{
 				dev: nil,
@@ -93,14 +95,14 @@ func TestWithdrawn(t *testing.T) {
 		{
 			name: "no stand-in when the kubelet's id's hardware is not reserved through the pool",
 			holdings: []Holding{
-				{Pod: "b", Resource: dev, KubeletIDs: []string{"3"}, Hardware: hw(t, s, dev, "4"), Admitted: true},
-				{Pod: "a", Resource: alt, Hardware: hw(t, s, alt, "3"), Reserved: true},
+				{Who: "b", Resource: dev, KubeletIDs: []string{"3"}, Hardware: hw(t, s, dev, "4"), Admitted: true},
+				{Who: "a", Resource: alt, Hardware: hw(t, s, alt, "3"), Reserved: true},
 			},
 			want: map[string][]string{dev: {"4"}, alt: {"4"}, core: {"6", "7", "8", "9"}},
 		},
 		{
 			name:     "reserved for a pod waiting to be admitted through the same pool",
-			holdings: []Holding{{Pod: "a", Resource: dev, Hardware: hw(t, s, dev, "4", "5", "6", "7"), Reserved: true}},
+			holdings: []Holding{{Who: "a", Resource: dev, Hardware: hw(t, s, dev, "4", "5", "6", "7"), Reserved: true}},
 			want:     map[string][]string{dev: nil, alt: {"4", "5", "6", "7"}, core: {"8", "9", "10", "11", "12", "13", "14", "15"}},
 		},
 		{
@@ -117,14 +119,14 @@ func TestWithdrawn(t *testing.T) {
 			}
 			for res, want := range tc.want {
 				got := slices.Collect(maps.Keys(Withdrawn(s, res, bad, tc.holdings)))
-				sortIDs(got)
+				SortIDs(got)
 				if !slices.Equal(got, want) {
 					t.Errorf("%s: withdrawn %v, want %v", res, got, want)
 				}
 			}
 		})
 	}
-	reasons := Withdrawn(s, topology.ResourceNeuronCore, make([]bool, 16), []Holding{{Pod: "ns/p", Container: "c", Resource: dev, KubeletIDs: []string{"1"}, Hardware: hw(t, s, dev, "1")}})
+	reasons := Withdrawn(s, topology.ResourceNeuronCore, make([]bool, 16), []Holding{{Pod: PodKey{"ns", "p"}, Container: "c", Resource: dev, KubeletIDs: []string{"1"}, Hardware: hw(t, s, dev, "1")}})
 	if !strings.Contains(reasons["2"], "in use by ns/p (container c, aws.amazon.com/neuron)") {
 		t.Errorf("reason %q", reasons["2"])
 	}
@@ -140,7 +142,8 @@ func TestMatch(t *testing.T) {
 				ctr.Devices = append(ctr.Devices, i)
 			}
 		}
-		return Candidate{Pod: pod, PodUID: pod, AllocTime: alloc, Created: created, Container: ctr}
+		ns, name, _ := strings.Cut(pod, "/")
+		return Candidate{Pod: PodKey{ns, name}, PodUID: types.UID(pod), AllocTime: alloc, Created: created, Container: ctr}
 	}
 	cands := []Candidate{
 		c("ns/late", 300, 1, "app", topology.ResourceNeuron, 4, false),
@@ -150,11 +153,11 @@ func TestMatch(t *testing.T) {
 		c("ns/small", 10, 1, "app", topology.ResourceNeuron, 1, false),
 	}
 	got, ok := Match(cands, topology.ResourceNeuron, 4, nil)
-	if !ok || got.Pod != "ns/early" {
+	if !ok || got.Pod.String() != "ns/early" {
 		t.Errorf("got %v %v, want the oldest NEURON_ALLOC_TIME unserved 4-device entry (ns/early)", got.Pod, ok)
 	}
-	got, ok = Match(cands, topology.ResourceNeuron, 4, map[string]bool{"ns/early/app": true})
-	if !ok || got.Pod != "ns/late" {
+	got, ok = Match(cands, topology.ResourceNeuron, 4, map[ContainerRef]bool{{UID: "ns/early", Container: "app"}: true})
+	if !ok || got.Pod.String() != "ns/late" {
 		t.Errorf("with ns/early in flight: got %v", got.Pod)
 	}
 	if _, ok := Match(cands, topology.ResourceNeuronDevice, 4, nil); ok {
@@ -163,7 +166,7 @@ func TestMatch(t *testing.T) {
 	if _, ok := Match(cands, topology.ResourceNeuron, 2, nil); ok {
 		t.Error("a 2-device call matched a 4-device entry")
 	}
-	if got, _ := Match(cands, topology.ResourceNeuronCore, 4, nil); got.Pod != "ns/cores" {
+	if got, _ := Match(cands, topology.ResourceNeuronCore, 4, nil); got.Pod.String() != "ns/cores" {
 		t.Errorf("cores: %v", got.Pod)
 	}
 }
@@ -171,10 +174,10 @@ func TestMatch(t *testing.T) {
 func TestConflicts(t *testing.T) {
 	s := trn1(t)
 	holdings := []Holding{
-		{Pod: "ns/a", PodUID: "a", Resource: topology.ResourceNeuron, Hardware: hw(t, s, topology.ResourceNeuron, "0", "1", "2", "3")},
-		{Pod: "ns/b", PodUID: "b", Resource: topology.ResourceNeuronCore, Hardware: hw(t, s, topology.ResourceNeuronCore, "9")},
+		{Pod: PodKey{"ns", "a"}, PodUID: "a", Resource: topology.ResourceNeuron, Hardware: hw(t, s, topology.ResourceNeuron, "0", "1", "2", "3")},
+		{Pod: PodKey{"ns", "b"}, PodUID: "b", Resource: topology.ResourceNeuronCore, Hardware: hw(t, s, topology.ResourceNeuronCore, "9")},
 	}
-	if got := Conflicts(hw(t, s, topology.ResourceNeuron, "4"), "x", holdings); len(got) != 1 || got[0].Pod != "ns/b" {
+	if got := Conflicts(hw(t, s, topology.ResourceNeuron, "4"), "x", holdings); len(got) != 1 || got[0].Pod.String() != "ns/b" {
 		t.Errorf("device 4 vs core 9: %v", got)
 	}
 	if got := Conflicts(hw(t, s, topology.ResourceNeuron, "0", "1", "2", "3"), "a", holdings); len(got) != 0 {
@@ -185,29 +188,14 @@ func TestConflicts(t *testing.T) {
 	}
 	// A call matched to the record of a pod whose container the kubelet already admitted on that
 	// hardware is for another pod (a call for the same ids again never gets here).
-	admitted := []Holding{{Pod: "ns/a", PodUID: "a", Resource: topology.ResourceNeuron, KubeletIDs: []string{"0"}, Hardware: hw(t, s, topology.ResourceNeuron, "0"), Admitted: true}}
+	admitted := []Holding{{Pod: PodKey{"ns", "a"}, PodUID: "a", Resource: topology.ResourceNeuron, KubeletIDs: []string{"0"}, Hardware: hw(t, s, topology.ResourceNeuron, "0"), Admitted: true}}
 	if got := Conflicts(hw(t, s, topology.ResourceNeuron, "0"), "a", admitted); len(got) != 1 {
 		t.Errorf("device 0 again for a call matched to a's record, a admitted on it: %v", got)
 	}
 	// Calls for unknown pods (kubelet ids) conflict with other unknown pods' holdings.
-	unknown := []Holding{{Pod: "(being admitted)", Resource: topology.ResourceNeuron, KubeletIDs: []string{"2"}, Hardware: hw(t, s, topology.ResourceNeuron, "2")}}
+	unknown := []Holding{{Who: "(being admitted)", Resource: topology.ResourceNeuron, KubeletIDs: []string{"2"}, Hardware: hw(t, s, topology.ResourceNeuron, "2")}}
 	if got := Conflicts(hw(t, s, topology.ResourceNeuronCore, "4", "5"), "", unknown); len(got) != 1 {
 		t.Errorf("cores 4,5 against device 2 held by an unknown pod: %v", got)
-	}
-}
-
-func TestResponse(t *testing.T) {
-	s := trn1(t)
-	r := response(topology.UnitDevice, hw(t, s, topology.ResourceNeuron, "4", "5"))
-	if r.Envs["NEURON_RT_VISIBLE_CORES"] != "8,9,10,11" || r.Envs["AWS_NEURON_VISIBLE_DEVICES"] != "4,5" {
-		t.Errorf("envs %v", r.Envs)
-	}
-	if len(r.Devices) != 2 || r.Devices[0].HostPath != "/dev/neuron4" || r.Devices[1].ContainerPath != "/dev/neuron5" || r.Devices[0].Permissions != "rw" {
-		t.Errorf("devices %v", r.Devices)
-	}
-	r = response(topology.UnitCore, hw(t, s, topology.ResourceNeuronCore, "3", "4"))
-	if r.Envs["NEURON_RT_VISIBLE_CORES"] != "3,4" || r.Envs["AWS_NEURON_VISIBLE_DEVICES"] != "" || len(r.Devices) != 2 {
-		t.Errorf("core response %v %v", r.Envs, r.Devices)
 	}
 }
 
@@ -223,7 +211,7 @@ func TestHardwareOfErrors(t *testing.T) {
 		{topology.ResourceNeuronCore, []string{"32"}, "does not exist"},
 		{topology.ResourceNeuron, []string{"1", "1"}, "listed twice"},
 	} {
-		if _, err := hardwareOf(s, tc.res, tc.ids); err == nil || !strings.Contains(err.Error(), tc.msg) {
+		if _, err := HardwareOf(s, tc.res, tc.ids); err == nil || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%v: %v", tc.ids, err)
 		}
 	}
@@ -242,7 +230,7 @@ func FuzzKubeletIDs(f *testing.F) {
 		if devices {
 			res = topology.ResourceNeuron
 		}
-		a, err := hardwareOf(s, res, strings.Split(list, ","))
+		a, err := HardwareOf(s, res, strings.Split(list, ","))
 		if err != nil {
 			return
 		}
