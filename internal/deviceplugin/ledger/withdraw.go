@@ -31,9 +31,13 @@ func Withdrawn(shape *topology.Shape, resource string, unhealthy []bool, holding
 		if h.Reserved && h.Resource == resource {
 			continue
 		}
+		reason := ""
 		for _, c := range h.Hardware.Cores {
 			if c >= 0 && c < len(coreOwner) && coreOwner[c] == "" {
-				coreOwner[c] = fmt.Sprintf("in use by %s (container %s, %s)", h.Holder(), h.Container, h.Resource)
+				if reason == "" {
+					reason = fmt.Sprintf("in use by %s (container %s, %s)", h.Holder(), h.Container, h.Resource)
+				}
+				coreOwner[c] = reason
 			}
 		}
 	}
