@@ -6,30 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
-
-func trn1(t testing.TB) *topology.Shape {
-	t.Helper()
-	it, _ := topology.DefaultCatalog().Lookup("trn1.32xlarge")
-	s, err := topology.NewShape(it, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func hw(t testing.TB, s *topology.Shape, res string, ids ...string) topology.Allocation {
-	t.Helper()
-	a, err := HardwareOf(s, res, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
 
 func TestWithdrawn(t *testing.T) {
 	s := trn1(t)
@@ -132,45 +110,6 @@ func TestWithdrawn(t *testing.T) {
 	}
 }
 
-func TestMatch(t *testing.T) {
-	c := func(pod string, alloc, created int64, name, res string, n int, served bool) Candidate {
-		ctr := allocation.Container{Name: name, Resource: res, Served: served}
-		for i := range n {
-			if res == topology.ResourceNeuronCore {
-				ctr.Cores = append(ctr.Cores, i)
-			} else {
-				ctr.Devices = append(ctr.Devices, i)
-			}
-		}
-		ns, name, _ := strings.Cut(pod, "/")
-		return Candidate{Pod: PodKey{ns, name}, PodUID: types.UID(pod), AllocTime: alloc, Created: created, Container: ctr}
-	}
-	cands := []Candidate{
-		c("ns/late", 300, 1, "app", topology.ResourceNeuron, 4, false),
-		c("ns/early", 100, 3, "app", topology.ResourceNeuron, 4, false),
-		c("ns/served", 50, 1, "app", topology.ResourceNeuron, 4, true),
-		c("ns/cores", 10, 1, "app", topology.ResourceNeuronCore, 4, false),
-		c("ns/small", 10, 1, "app", topology.ResourceNeuron, 1, false),
-	}
-	got, ok := Match(cands, topology.ResourceNeuron, 4, nil)
-	if !ok || got.Pod.String() != "ns/early" {
-		t.Errorf("got %v %v, want the oldest NEURON_ALLOC_TIME unserved 4-device entry (ns/early)", got.Pod, ok)
-	}
-	got, ok = Match(cands, topology.ResourceNeuron, 4, map[ContainerRef]bool{{UID: "ns/early", Container: "app"}: true})
-	if !ok || got.Pod.String() != "ns/late" {
-		t.Errorf("with ns/early in flight: got %v", got.Pod)
-	}
-	if _, ok := Match(cands, topology.ResourceNeuronDevice, 4, nil); ok {
-		t.Error("a neurondevice call matched a neuron entry")
-	}
-	if _, ok := Match(cands, topology.ResourceNeuron, 2, nil); ok {
-		t.Error("a 2-device call matched a 4-device entry")
-	}
-	if got, _ := Match(cands, topology.ResourceNeuronCore, 4, nil); got.Pod.String() != "ns/cores" {
-		t.Errorf("cores: %v", got.Pod)
-	}
-}
-
 func TestConflicts(t *testing.T) {
 	s := trn1(t)
 	holdings := []Holding{
@@ -197,47 +136,4 @@ func TestConflicts(t *testing.T) {
 	if got := Conflicts(hw(t, s, topology.ResourceNeuronCore, "4", "5"), "", unknown); len(got) != 1 {
 		t.Errorf("cores 4,5 against device 2 held by an unknown pod: %v", got)
 	}
-}
-
-func TestHardwareOfErrors(t *testing.T) {
-	s := trn1(t)
-	for _, tc := range []struct {
-		res string
-		ids []string
-		msg string
-	}{
-		{topology.ResourceNeuron, []string{"neuron0"}, "is not a number"},
-		{topology.ResourceNeuron, []string{"16"}, "does not exist"},
-		{topology.ResourceNeuronCore, []string{"32"}, "does not exist"},
-		{topology.ResourceNeuron, []string{"1", "1"}, "listed twice"},
-	} {
-		if _, err := HardwareOf(s, tc.res, tc.ids); err == nil || !strings.Contains(err.Error(), tc.msg) {
-			t.Errorf("%v: %v", tc.ids, err)
-		}
-	}
-}
-
-// FuzzKubeletIDs feeds arbitrary kubelet ids to the id decoding Allocate uses: it never panics,
-// and what it accepts is hardware of the node.
-func FuzzKubeletIDs(f *testing.F) {
-	s := trn1(f)
-	f.Add("0,1,2,3", true)
-	f.Add("31", false)
-	f.Add("-1", true)
-	f.Add("99999999999999999999", false)
-	f.Fuzz(func(t *testing.T, list string, devices bool) {
-		res := topology.ResourceNeuronCore
-		if devices {
-			res = topology.ResourceNeuron
-		}
-		a, err := HardwareOf(s, res, strings.Split(list, ","))
-		if err != nil {
-			return
-		}
-		for _, c := range a.Cores {
-			if c < 0 || c >= s.Cores() {
-				t.Fatalf("%q gave core %d", list, c)
-			}
-		}
-	})
 }
