@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"cmp"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -151,19 +153,7 @@ func (l *Ledger) current() []Holding {
 func sortedAnswerKeys(m map[AnswerKey]Answer) []AnswerKey {
 	keys := slices.Collect(maps.Keys(m))
 	slices.SortFunc(keys, func(a, b AnswerKey) int {
-		if a.Resource != b.Resource {
-			if a.Resource < b.Resource {
-				return -1
-			}
-			return 1
-		}
-		if a.IDs < b.IDs {
-			return -1
-		}
-		if a.IDs > b.IDs {
-			return 1
-		}
-		return 0
+		return cmp.Or(strings.Compare(a.Resource, b.Resource), strings.Compare(a.IDs, b.IDs))
 	})
 	return keys
 }
