@@ -91,11 +91,11 @@ func podName(k ledger.PodKey) string {
 	return k.String()
 }
 
-// saveCheckpointLocked writes p.served to the checkpoint when it changed since the last write.
-// The file is replaced by a rename, so a reader sees the old or the new content, never a mix.
-// It is not synced: the page cache outlives the plugin's process, and a node that loses it (a
-// kernel crash, a power cut) restarts its containers, whose answers are then given anew. The
-// caller holds p.mu.
+// saveCheckpointLocked writes the ledger's answers to the checkpoint when they changed since the
+// last write. The file is replaced by a rename, so a reader sees the old or the new content,
+// never a mix. It is not synced: the page cache outlives the plugin's process, and a node that
+// loses it (a kernel crash, a power cut) restarts its containers, whose answers are then given
+// anew. The caller holds p.mu.
 func (p *Plugin) saveCheckpointLocked() error {
 	path := p.checkpointPath()
 	if path == "" {
