@@ -50,7 +50,7 @@ import (
 // against the whole plugin, with a fake clientset, for the I/O around the ledger.
 //
 // Each seed is a run of its own; a failure names the seed and the steps up to it. More seeds:
-// KUBELET_MODEL_SEEDS=20000 go test -run 'TestKubeletModel$' ./internal/deviceplugin/.
+// KUBELET_MODEL_SEEDS=3000 go test -run 'TestKubeletModel$' ./internal/deviceplugin/ (about 3 min).
 func TestKubeletModel(t *testing.T) {
 	seeds := 500
 	if raceEnabled {
