@@ -12,12 +12,12 @@ import (
 
 // How long an answer counts.
 const (
-	// AnswerTTL bounds how long an Allocate answer counts as in use before the kubelet's
+	// answerTTL bounds how long an Allocate answer counts as in use before the kubelet's
 	// PodResources API shows it.
-	AnswerTTL = 2 * time.Minute
-	// AnswerGrace is how long an answer counts whatever the pods show of its pod: the pod may
+	answerTTL = 2 * time.Minute
+	// answerGrace is how long an answer counts whatever the pods show of its pod: the pod may
 	// reach the informer after the kubelet asked for it.
-	AnswerGrace = 5 * time.Second
+	answerGrace = 5 * time.Second
 	// answerUnseenTTL is how long an answer counts that the kubelet's PodResources, while they
 	// can be read, have not shown; and how long a container stays in flight.
 	answerUnseenTTL = 30 * time.Second
@@ -44,8 +44,8 @@ type Lister interface {
 // records agree with what the kubelet runs. When the kubelet admitted a pod this plugin answered
 // for that the snapshot's pods do not show yet, its answer may have been matched to another
 // pod's record (the oldest waiting), and fixing that record without this pod's would leave both
-// naming the same hardware: the pods are read from the API server instead (list), and
-// listErr is that read's error.
+// naming the same hardware: the pods are read from the API server instead (list). When that
+// read fails, listErr says why, and the fixes are those of the snapshot's pods.
 func (l *Ledger) Refresh(snap Snapshot, list Lister) (fixes []Fix, listErr error) {
 	if l.answeredUnseen(snap.Pods, snap.Kubelet) {
 		pods, err := list.ListPods()
@@ -246,7 +246,7 @@ func (r *refresh) reserved() {
 // answered adds the holdings of the answers the PodResources do not show, and forgets those
 // that no longer count: the kubelet showed the ids and no longer does, the answer's pod is gone
 // or finished (also when the kubelet admitted and tore the pod down between two looks at its
-// PodResources; after AnswerGrace), or the answer is older than AnswerTTL (answerUnseenTTL when
+// PodResources; after answerGrace), or the answer is older than answerTTL (answerUnseenTTL when
 // the PodResources can be read).
 func (r *refresh) answered() {
 	now := r.snap.Now
@@ -256,8 +256,8 @@ func (r *refresh) answered() {
 		}
 		a := r.l.answers[k]
 		age := now.Sub(a.At)
-		gone := a.PodUID != "" && age > AnswerGrace && !r.live(a.PodUID)
-		if a.Seen && r.snap.KubeletOK || gone || age > AnswerTTL || (r.snap.KubeletOK && age > answerUnseenTTL) {
+		gone := a.PodUID != "" && age > answerGrace && !r.live(a.PodUID)
+		if a.Seen && r.snap.KubeletOK || gone || age > answerTTL || (r.snap.KubeletOK && age > answerUnseenTTL) {
 			delete(r.l.answers, k)
 			continue
 		}

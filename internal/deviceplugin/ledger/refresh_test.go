@@ -139,12 +139,12 @@ func TestAnswers(t *testing.T) {
 		// short grace; until then it holds, naming the pod so that a conflict with it can be
 		// confirmed with the API server.
 		{name: "its pod is not shown yet, within the grace", kubeletOK: true, holds: true},
-		{name: "its pod is gone", age: AnswerGrace + time.Second, kubeletOK: true},
-		{name: "its pod waits", age: AnswerGrace + time.Second, pods: []Pod{waiting("eight", 1, true, 0)}, kubeletOK: true, holds: true},
-		{name: "its pod finished", age: AnswerGrace + time.Second, pods: []Pod{{Key: PodKey{"ns", "eight"}, UID: "uid-eight", Finished: true}}, kubeletOK: true},
+		{name: "its pod is gone", age: answerGrace + time.Second, kubeletOK: true},
+		{name: "its pod waits", age: answerGrace + time.Second, pods: []Pod{waiting("eight", 1, true, 0)}, kubeletOK: true, holds: true},
+		{name: "its pod finished", age: answerGrace + time.Second, pods: []Pod{{Key: PodKey{"ns", "eight"}, UID: "uid-eight", Finished: true}}, kubeletOK: true},
 		{name: "unseen for too long", age: answerUnseenTTL + time.Second, pods: []Pod{waiting("eight", 1, true, 0)}, kubeletOK: true},
 		{name: "unseen for long, no PodResources", age: answerUnseenTTL + time.Second, pods: []Pod{waiting("eight", 1, true, 0)}, holds: true},
-		{name: "older than its TTL, no PodResources", age: AnswerTTL + time.Second, pods: []Pod{waiting("eight", 1, true, 0)}},
+		{name: "older than its TTL, no PodResources", age: answerTTL + time.Second, pods: []Pod{waiting("eight", 1, true, 0)}},
 		{name: "seen, then gone from the PodResources", seen: true, pods: []Pod{waiting("eight", 1, true, 0)}, kubeletOK: true},
 		{name: "seen, no PodResources", seen: true, pods: []Pod{waiting("eight", 1, true, 0)}, holds: true},
 	}

@@ -14,9 +14,9 @@ type written struct {
 	at             time.Time
 }
 
-// WrittenTTL bounds how long a write of this plugin overrides what the informer shows: a watch
+// writtenTTL bounds how long a write of this plugin overrides what the informer shows: a watch
 // lags by far less, and a later writer (none is expected for a bound pod) wins after it.
-const WrittenTTL = 30 * time.Second
+const writtenTTL = 30 * time.Second
 
 // Wrote notes a record entry the plugin has just written (or found already written).
 func (l *Ledger) Wrote(f Fix, now time.Time) {
@@ -26,7 +26,7 @@ func (l *Ledger) Wrote(f Fix, now time.Time) {
 // recordOf is the pod's allocation record. When cached (the pod is the informer's), it has this
 // plugin's own writes that the informer does not show yet: after a refresh swapped two records,
 // a call matched against the informer's older copy would be served the other pod's hardware and
-// refused as a conflict with that pod. Writes the informer shows, or older than WrittenTTL, are
+// refused as a conflict with that pod. Writes the informer shows, or older than writtenTTL, are
 // forgotten. Pods read from the API server show the writes, and must not make the ledger forget
 // them while the informer still lags.
 func (l *Ledger) recordOf(pod *Pod, cached bool, now time.Time) *allocation.Record {
@@ -42,7 +42,7 @@ func (l *Ledger) recordOf(pod *Pod, cached bool, now time.Time) *allocation.Reco
 		if !ok {
 			continue
 		}
-		if now.Sub(w.at) > WrittenTTL || (slices.Equal(c.Devices, w.devices) && slices.Equal(c.Cores, w.cores) && c.Served == w.served) {
+		if now.Sub(w.at) > writtenTTL || (slices.Equal(c.Devices, w.devices) && slices.Equal(c.Cores, w.cores) && c.Served == w.served) {
 			delete(l.written, k)
 			continue
 		}
