@@ -57,8 +57,8 @@ func TestAnswersSurviveARestart(t *testing.T) {
 				dir = ""
 			}
 			p, client, ctx := testPlugin(t,
-				testPod("x").neuron(1).record(1, 0).obj(),
-				testPod("y").neuron(1).record(2, 1).obj(),
+				neuronPod("x", 1).Record(neuronRecord(0)).AllocTime(1).Pending().Obj(),
+				neuronPod("y", 1).Record(neuronRecord(1)).AllocTime(2).Pending().Obj(),
 			)
 			p.o.StateDir = dir
 			if r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"5"}); err != nil { // y's call, matched to x's record
@@ -116,7 +116,7 @@ func recordOf(t *testing.T, ctx context.Context, client *fake.Clientset, name st
 // and gone from it once the kubelet no longer holds its ids.
 func TestCheckpointIsWrittenBeforeTheAnswerAndPruned(t *testing.T) {
 	dir := t.TempDir()
-	p, _, ctx := testPlugin(t, testPod("x").neuron(2).record(1, 2, 3).obj())
+	p, _, ctx := testPlugin(t, neuronPod("x", 2).Record(neuronRecord(2, 3)).AllocTime(1).Pending().Obj())
 	p.o.StateDir = dir
 	if _, err := p.allocate(ctx, topology.ResourceNeuron, []string{"9", "8"}); err != nil {
 		t.Fatal(err)
@@ -159,7 +159,7 @@ func readCheckpoint(t *testing.T, dir string) checkpoint {
 // checkpoint it cannot write, Allocate refuses, says what to do, and holds nothing.
 func TestAnAnswerThatCannotBeKeptIsNotGiven(t *testing.T) {
 	dir := t.TempDir()
-	p, _, ctx := testPlugin(t, testPod("x").neuron(1).record(1, 4).obj())
+	p, _, ctx := testPlugin(t, neuronPod("x", 1).Record(neuronRecord(4)).AllocTime(1).Pending().Obj())
 	p.o.StateDir = filepath.Join(dir, "missing") // not created: loadCheckpoint was not called
 	_, err := p.allocate(ctx, topology.ResourceNeuron, []string{"4"})
 	if err == nil {
@@ -307,7 +307,7 @@ func FuzzParseCheckpoint(f *testing.F) {
 // written only when the answers change.
 func TestTheCheckpointIsNotRewrittenWhenNothingChanged(t *testing.T) {
 	dir := t.TempDir()
-	p, _, ctx := testPlugin(t, testPod("x").neuron(1).record(1, 4).obj())
+	p, _, ctx := testPlugin(t, neuronPod("x", 1).Record(neuronRecord(4)).AllocTime(1).Pending().Obj())
 	p.o.StateDir = dir
 	if _, err := p.allocate(ctx, topology.ResourceNeuron, []string{"4"}); err != nil {
 		t.Fatal(err)

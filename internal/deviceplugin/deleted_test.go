@@ -20,7 +20,7 @@ import (
 // record the PodResources do not show (yet) still holds.
 func TestDeletedPodReleasedByTheKubeletIsNotWithdrawn(t *testing.T) {
 	served := func(name string, device int) *corev1.Pod {
-		pod := testPod(name).neuron(1).obj()
+		pod := neuronPod(name, 1).Obj()
 		r := &allocation.Record{Node: node, Containers: []allocation.Container{{Name: "app", Resource: topology.ResourceNeuron,
 			Devices: []int{device}, Cores: []int{2 * device, 2*device + 1}, Served: true}}}
 		maps.Copy(pod.Annotations, r.Annotations())

@@ -4,16 +4,13 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -24,51 +21,30 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 const node = "trn1-a"
 
-// podBuilder builds the node's pods: testPod("p").neuron(2).published("0,1").obj().
-type podBuilder struct{ p *corev1.Pod }
-
-func testPod(name string) *podBuilder {
-	return &podBuilder{p: &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: map[string]string{}},
-		Spec:       corev1.PodSpec{NodeName: node},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
-	}}
+// testPod starts a running pod of the node in namespace ns:
+// testPod("p").Container(app, topology.ResourceNeuronCore, 2).Published("0,1").Obj().
+func testPod(name string) *testkit.PodWrapper {
+	return testkit.MakePod().Namespace("ns").Name(name).Node(node).Running()
 }
 
-func (b *podBuilder) request(res string, n int) *podBuilder {
-	b.p.Spec.Containers = append(b.p.Spec.Containers, corev1.Container{Name: "app", Resources: corev1.ResourceRequirements{
-		Limits: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(int64(n), resource.DecimalSI)},
-	}})
-	return b
+// neuronPod is testPod with container app asking for devices of aws.amazon.com/neuron.
+func neuronPod(name string, devices int64) *testkit.PodWrapper {
+	return testPod(name).Container(app, topology.ResourceNeuron, devices)
 }
 
-func (b *podBuilder) neuron(n int) *podBuilder { return b.request(topology.ResourceNeuron, n) }
+// app is the container of the test pods.
+const app = "app"
 
-// published gives the pod the annotations the published Neuron stack leaves (no record of ours).
-func (b *podBuilder) published(ids string) *podBuilder {
-	b.p.Annotations[allocation.AWSNeuronIDs] = ids
-	b.p.Annotations[allocation.AllocTime] = "1000"
-	b.p.Annotations[allocation.Allocated] = "false"
-	return b
+// neuronRecord is an unserved record of the scheduler extender for container app on devices.
+func neuronRecord(devices ...int) *allocation.Record {
+	return &allocation.Record{Node: node, Containers: []allocation.Container{{Name: app, Resource: topology.ResourceNeuron, Devices: devices}}}
 }
-
-// record gives the pod an unserved record of the scheduler extender for its first container.
-func (b *podBuilder) record(allocTime int64, devices ...int) *podBuilder {
-	r := &allocation.Record{Node: node, Containers: []allocation.Container{{Name: "app", Resource: topology.ResourceNeuron, Devices: devices}}}
-	maps.Copy(b.p.Annotations, r.Annotations())
-	b.p.Annotations[allocation.AllocTime] = strconv.FormatInt(allocTime, 10)
-	b.p.Status.Phase = corev1.PodPending
-	return b
-}
-
-func (b *podBuilder) pending() *podBuilder { b.p.Status.Phase = corev1.PodPending; return b }
-
-func (b *podBuilder) obj() *corev1.Pod { return b.p }
 
 // testPlugin is a plugin for a trn1.32xlarge named trn1-a whose informer and API server hold pods.
 func testPlugin(t *testing.T, pods ...*corev1.Pod) (*Plugin, *fake.Clientset, context.Context) {
@@ -124,7 +100,7 @@ func withdrawn(p *Plugin, res string) []string {
 func TestPublishedPodRunningIsHeld(t *testing.T) {
 	// The published device plugin served devices 0,1 while the kubelet holds ids 5,6 of
 	// aws.amazon.com/neuron for the container: the hardware is what counts.
-	p, _, _ := testPlugin(t, testPod("legacy").neuron(2).published("0,1").obj())
+	p, _, _ := testPlugin(t, neuronPod("legacy", 2).Published("0,1").AllocTime(1000).Obj())
 	if fixes := refresh(t, p, admitted("legacy", topology.ResourceNeuron, "5", "6")); len(fixes) != 0 {
 		t.Errorf("fixes %+v: a running pod of the published stack must keep its annotations", fixes)
 	}
@@ -144,7 +120,7 @@ func TestPublishedPodRunningIsHeld(t *testing.T) {
 }
 
 func TestPublishedPodWithoutPodResourcesIsHeldEverywhere(t *testing.T) {
-	p, _, _ := testPlugin(t, testPod("legacy").request(topology.ResourceNeuronCore, 4).published("0,1,2,3").obj())
+	p, _, _ := testPlugin(t, testPod("legacy").Container(app, topology.ResourceNeuronCore, 4).Published("0,1,2,3").AllocTime(1000).Obj())
 	refresh(t, p) // the kubelet shows nothing (PodResources not available)
 	for res, want := range map[string][]string{
 		topology.ResourceNeuron:       {"0", "1"},
@@ -161,8 +137,8 @@ func TestPublishedPodWithoutPodResourcesIsHeldEverywhere(t *testing.T) {
 // and a call without a record is refused rather than given the published pod's devices.
 func TestPublishedPodIsNeverMatchedByOthers(t *testing.T) {
 	p, _, ctx := testPlugin(t,
-		testPod("legacy").neuron(4).published("0,1,2,3").obj(),
-		testPod("new").neuron(4).record(2000, 4, 5, 6, 7).obj(),
+		neuronPod("legacy", 4).Published("0,1,2,3").AllocTime(1000).Obj(),
+		neuronPod("new", 4).Record(neuronRecord(4, 5, 6, 7)).AllocTime(2000).Pending().Obj(),
 	)
 	refresh(t, p, admitted("legacy", topology.ResourceNeuron, "0", "1", "2", "3"))
 	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"8", "9", "10", "11"})
@@ -174,7 +150,7 @@ func TestPublishedPodIsNeverMatchedByOthers(t *testing.T) {
 	}
 	// Another pod without a record, offered the published pod's ids by a kubelet that has not
 	// seen the withdrawal: refused.
-	p2, _, ctx2 := testPlugin(t, testPod("legacy").neuron(1).published("0").obj())
+	p2, _, ctx2 := testPlugin(t, neuronPod("legacy", 1).Published("0").AllocTime(1000).Obj())
 	refresh(t, p2, admitted("legacy", topology.ResourceNeuron, "9"))
 	if _, err := p2.allocate(ctx2, topology.ResourceNeuron, []string{"0"}); err == nil || !strings.Contains(err.Error(), "already in use by pod ns/legacy") {
 		t.Errorf("allocate of the published pod's device for someone else: %v, want a refusal naming ns/legacy", err)
@@ -187,8 +163,8 @@ func TestPublishedPodIsNeverMatchedByOthers(t *testing.T) {
 // and not a waiting pod's record of the same size.
 func TestKubeletAsksAgainForPublishedPod(t *testing.T) {
 	p, client, ctx := testPlugin(t,
-		testPod("legacy").neuron(4).published("0,1,2,3").obj(),
-		testPod("waiting").neuron(4).record(1, 4, 5, 6, 7).obj(), // older NEURON_ALLOC_TIME than the legacy pod
+		neuronPod("legacy", 4).Published("0,1,2,3").AllocTime(1000).Obj(),
+		neuronPod("waiting", 4).Record(neuronRecord(4, 5, 6, 7)).AllocTime(1).Pending().Obj(), // older NEURON_ALLOC_TIME than the legacy pod
 	)
 	refresh(t, p, admitted("legacy", topology.ResourceNeuron, "12", "13", "14", "15"))
 	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"15", "12", "13", "14"})
@@ -213,7 +189,7 @@ func TestKubeletAsksAgainForPublishedPod(t *testing.T) {
 // yet is served its AWS_NEURON_IDS when the kubelet admits it (the preferred ids and Allocate),
 // and its record becomes ours, with the same ids.
 func TestPublishedPodAdmittedByThisPlugin(t *testing.T) {
-	p, client, ctx := testPlugin(t, testPod("legacy").request(topology.ResourceNeuronCore, 4).published("3,2,4,5").pending().obj())
+	p, client, ctx := testPlugin(t, testPod("legacy").Container(app, topology.ResourceNeuronCore, 4).Published("3,2,4,5").AllocTime(1000).Pending().Obj())
 	refresh(t, p)
 	// Reserved: free in its own pool for the kubelet to hand out, withdrawn from the others.
 	if got := withdrawn(p, topology.ResourceNeuronCore); len(got) != 0 {
@@ -245,7 +221,7 @@ func TestPublishedPodAdmittedByThisPlugin(t *testing.T) {
 }
 
 func TestPublishedProblemsAreReportedOnce(t *testing.T) {
-	p, _, ctx := testPlugin(t, testPod("bad").neuron(1).published("zero").obj())
+	p, _, ctx := testPlugin(t, neuronPod("bad", 1).Published("zero").AllocTime(1000).Obj())
 	pods, _ := p.pods.List(labels.Everything())
 	p.reportPublished(ctx, pods)
 	p.reportPublished(ctx, pods)
@@ -265,8 +241,8 @@ func TestPublishedProblemsAreReportedOnce(t *testing.T) {
 // admitted (older NEURON_ALLOC_TIME) comes after a pod the extender bound, then is matched itself.
 func TestMatchPrefersExtenderRecords(t *testing.T) {
 	p, _, _ := testPlugin(t,
-		testPod("legacy").neuron(1).published("15").pending().obj(),
-		testPod("new").neuron(1).record(2000, 4).obj(),
+		neuronPod("legacy", 1).Published("15").AllocTime(1000).Pending().Obj(),
+		neuronPod("new", 1).Record(neuronRecord(4)).AllocTime(2000).Pending().Obj(),
 	)
 	refresh(t, p)
 	cands := p.ledger.Candidates(podViews(p.cachedPods()), true, time.Now())
@@ -281,9 +257,9 @@ func TestMatchPrefersExtenderRecords(t *testing.T) {
 // TestMatchReadsAgainBeforeServingPublished: the informer has only the published stack's
 // waiting pod, the API server also a pod the extender has just bound: the call is for that pod.
 func TestMatchReadsAgainBeforeServingPublished(t *testing.T) {
-	p, client, ctx := testPlugin(t, testPod("legacy").neuron(1).published("15").pending().obj())
+	p, client, ctx := testPlugin(t, neuronPod("legacy", 1).Published("15").AllocTime(1000).Pending().Obj())
 	refresh(t, p)
-	if _, err := client.CoreV1().Pods("ns").Create(ctx, testPod("new").neuron(1).record(2000, 3).obj(), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, neuronPod("new", 1).Record(neuronRecord(3)).AllocTime(2000).Pending().Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := p.preferred(ctx, topology.ResourceNeuron, ledger.PoolIDs(p.shape, topology.ResourceNeuron), nil, 1); !slices.Equal(got, []string{"3"}) {
@@ -298,9 +274,9 @@ func TestMatchReadsAgainBeforeServingPublished(t *testing.T) {
 // TestAskAgainOnlyForRunningPods: ids the kubelet shows for a pod that is being deleted were
 // released for the next pod; the call is for that pod, served from its own record.
 func TestAskAgainOnlyForRunningPods(t *testing.T) {
-	gone := testPod("gone").neuron(1).published("9").obj()
+	gone := neuronPod("gone", 1).Published("9").AllocTime(1000).Obj()
 	gone.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	p, _, ctx := testPlugin(t, gone, testPod("next").neuron(1).record(2000, 5).obj())
+	p, _, ctx := testPlugin(t, gone, neuronPod("next", 1).Record(neuronRecord(5)).AllocTime(2000).Pending().Obj())
 	refresh(t, p, admitted("gone", topology.ResourceNeuron, "2"))
 	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"2"})
 	if err != nil || r.Envs[allocation.EnvVisibleDevices] != "5" {
@@ -312,7 +288,7 @@ func TestAskAgainOnlyForRunningPods(t *testing.T) {
 // (the published plugin served it) but that does not run yet, NEURON_ALLOCATED still false, is
 // not what a call for the same size is for.
 func TestAdmittedPublishedPodIsNotMatched(t *testing.T) {
-	p, _, ctx := testPlugin(t, testPod("legacy").neuron(1).published("15").pending().obj())
+	p, _, ctx := testPlugin(t, neuronPod("legacy", 1).Published("15").AllocTime(1000).Pending().Obj())
 	refresh(t, p, admitted("legacy", topology.ResourceNeuron, "7"))
 	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"3"})
 	if err != nil || r.Envs[allocation.EnvVisibleDevices] != "3" {

@@ -25,8 +25,8 @@ import (
 func swapPlugin(t *testing.T) (*Plugin, context.Context, func(name string) allocation.Container) {
 	t.Helper()
 	p, client, ctx := testPlugin(t,
-		testPod("a").neuron(1).record(1, 0).obj(),
-		testPod("b").neuron(1).record(2, 1).obj(),
+		neuronPod("a", 1).Record(neuronRecord(0)).AllocTime(1).Pending().Obj(),
+		neuronPod("b", 1).Record(neuronRecord(1)).AllocTime(2).Pending().Obj(),
 	)
 	return p, ctx, func(name string) allocation.Container {
 		t.Helper()
@@ -157,8 +157,8 @@ func (c beforePatchPods) Patch(ctx context.Context, name string, pt types.PatchT
 // device is served, not refused as if x (which runs elsewhere) held it.
 func TestAnAnswerBelongsToThePodThatGotIt(t *testing.T) {
 	p, client, ctx := testPlugin(t,
-		testPod("x").neuron(1).record(1, 0).obj(),
-		testPod("y").neuron(1).record(2, 1).obj(),
+		neuronPod("x", 1).Record(neuronRecord(0)).AllocTime(1).Pending().Obj(),
+		neuronPod("y", 1).Record(neuronRecord(1)).AllocTime(2).Pending().Obj(),
 	)
 	var podRes []*podresv1.PodResources
 	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return podRes, nil }
@@ -182,7 +182,7 @@ func TestAnAnswerBelongsToThePodThatGotIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	podRes = podRes[1:]
-	z := testPod("z").neuron(1).record(3, 0).obj()
+	z := neuronPod("z", 1).Record(neuronRecord(0)).AllocTime(3).Pending().Obj()
 	if _, err := client.CoreV1().Pods("ns").Create(ctx, z, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestAnAnswerBelongsToThePodThatGotIt(t *testing.T) {
 // already runs on its devices (admitted, not yet marked served) cannot be what a new call is
 // for: the call is refused, and the message says why, not that the pod conflicts with itself.
 func TestACallMatchedToARunningContainersRecordIsRefused(t *testing.T) {
-	p, _, ctx := testPlugin(t, testPod("a").neuron(1).record(1, 0).obj())
+	p, _, ctx := testPlugin(t, neuronPod("a", 1).Record(neuronRecord(0)).AllocTime(1).Pending().Obj())
 	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return nil, nil }
 	p.mu.Lock()
 	p.ledger.SetHoldings([]ledger.Holding{{Pod: ledger.PodKey{Namespace: "ns", Name: "a"}, PodUID: "uid-a", Container: "app", Resource: topology.ResourceNeuron,
@@ -220,7 +220,7 @@ func TestACallMatchedToARunningContainersRecordIsRefused(t *testing.T) {
 // (device 0) names x, whose record it was matched to; x is gone, but the kubelet's PodResources
 // show y holding id 3: y runs on device 0, and z's record for device 0 must be refused.
 func TestAGoneAnswersIdsHeldByAnotherPodStillConflict(t *testing.T) {
-	p, _, ctx := testPlugin(t, testPod("y").neuron(1).obj(), testPod("z").neuron(1).record(3, 0).obj())
+	p, _, ctx := testPlugin(t, neuronPod("y", 1).Obj(), neuronPod("z", 1).Record(neuronRecord(0)).AllocTime(3).Pending().Obj())
 	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) {
 		return []*podresv1.PodResources{admitted("y", topology.ResourceNeuron, "3")}, nil
 	}
