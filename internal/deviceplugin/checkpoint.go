@@ -7,15 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -42,7 +45,7 @@ type checkpoint struct {
 	Answers      []checkpointAnswer `json:"answers"`
 }
 
-// checkpointAnswer is one servedEntry.
+// checkpointAnswer is one ledger.Answer.
 type checkpointAnswer struct {
 	Resource   string    `json:"resource"`
 	KubeletIDs []string  `json:"kubeletIDs"`
@@ -63,35 +66,42 @@ func (p *Plugin) checkpointPath() string {
 	return filepath.Join(p.o.StateDir, CheckpointFile)
 }
 
-// encodeCheckpointLocked encodes p.served, in key order. The caller holds p.mu.
-func (p *Plugin) encodeCheckpointLocked() ([]byte, error) {
-	c := checkpoint{Version: checkpointVersion, Node: p.o.NodeName, InstanceType: p.shape.Type.Name, LNC: p.shape.LNC, Answers: []checkpointAnswer{}}
-	keys := make([]string, 0, len(p.served))
-	for k := range p.served {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+// encodeCheckpoint encodes the answers, in key order.
+func encodeCheckpoint(node string, shape *topology.Shape, answers map[ledger.AnswerKey]ledger.Answer) ([]byte, error) {
+	c := checkpoint{Version: checkpointVersion, Node: node, InstanceType: shape.Type.Name, LNC: shape.LNC, Answers: []checkpointAnswer{}}
+	keys := slices.Collect(maps.Keys(answers))
+	slices.SortFunc(keys, func(a, b ledger.AnswerKey) int {
+		return strings.Compare(a.Resource+"|"+a.IDs, b.Resource+"|"+b.IDs)
+	})
 	for _, k := range keys {
-		e := p.served[k]
+		a := answers[k]
 		c.Answers = append(c.Answers, checkpointAnswer{
-			Resource: e.resource, KubeletIDs: e.kubelet, Devices: e.hw.Devices, Cores: e.hw.Cores,
-			PodUID: e.podUID, Pod: e.pod, Container: e.container, At: e.at.UTC(), Seen: e.seen,
+			Resource: a.Resource, KubeletIDs: a.Kubelet, Devices: a.Hardware.Devices, Cores: a.Hardware.Cores,
+			PodUID: string(a.PodUID), Pod: podName(a.Pod), Container: a.Container, At: a.At.UTC(), Seen: a.Seen,
 		})
 	}
 	return json.MarshalIndent(c, "", "  ")
 }
 
-// saveCheckpointLocked writes p.served to the checkpoint when it changed since the last write.
-// The file is replaced by a rename, so a reader sees the old or the new content, never a mix.
-// It is not synced: the page cache outlives the plugin's process, and a node that loses it (a
-// kernel crash, a power cut) restarts its containers, whose answers are then given anew. The
-// caller holds p.mu.
+// podName is namespace/name, or "" for no pod.
+func podName(k ledger.PodKey) string {
+	if k.IsZero() {
+		return ""
+	}
+	return k.String()
+}
+
+// saveCheckpointLocked writes the ledger's answers to the checkpoint when they changed since the
+// last write. The file is replaced by a rename, so a reader sees the old or the new content,
+// never a mix. It is not synced: the page cache outlives the plugin's process, and a node that
+// loses it (a kernel crash, a power cut) restarts its containers, whose answers are then given
+// anew. The caller holds p.mu.
 func (p *Plugin) saveCheckpointLocked() error {
 	path := p.checkpointPath()
 	if path == "" {
 		return nil
 	}
-	data, err := p.encodeCheckpointLocked()
+	data, err := encodeCheckpoint(p.o.NodeName, p.shape, p.ledger.Answers())
 	if err != nil {
 		return err
 	}
@@ -153,14 +163,7 @@ func (p *Plugin) loadCheckpoint(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
-	for k, e := range served {
-		// An answer from the future (the clock was set back) would never age out.
-		if e.at.After(now) {
-			e.at = now
-		}
-		p.served[k] = e
-	}
+	p.ledger.Restore(served, time.Now())
 	p.savedCheckpoint = data
 	logger.Info("Loaded the answers of the previous run from the checkpoint", "path", path, "answers", len(served))
 	return nil
@@ -174,7 +177,7 @@ func (e *otherNodeError) Error() string { return e.msg }
 // parseCheckpoint decodes and checks a checkpoint written on node with shape. Every answer must
 // name a resource the plugin serves, kubelet ids it could have offered, and hardware of the node
 // that matches the resource's ids (devices for neuron and neurondevice, cores for neuroncore).
-func parseCheckpoint(data []byte, node string, shape *topology.Shape) (map[string]servedEntry, error) {
+func parseCheckpoint(data []byte, node string, shape *topology.Shape) (map[ledger.AnswerKey]ledger.Answer, error) {
 	var c checkpoint
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -193,50 +196,61 @@ func parseCheckpoint(data []byte, node string, shape *topology.Shape) (map[strin
 	if c.InstanceType != shape.Type.Name || c.LNC != shape.LNC {
 		return nil, &otherNodeError{fmt.Sprintf("the checkpoint was written for %s at LNC %d, the node is now %s at LNC %d", c.InstanceType, c.LNC, shape.Type.Name, shape.LNC)}
 	}
-	served := make(map[string]servedEntry, len(c.Answers))
+	served := make(map[ledger.AnswerKey]ledger.Answer, len(c.Answers))
 	for i, a := range c.Answers {
-		e, err := a.entry(shape)
+		e, err := a.answer(shape)
 		if err != nil {
 			return nil, fmt.Errorf("answer %d: %w", i, err)
 		}
-		k := servedKey(e.resource, e.kubelet)
+		k := ledger.KeyOf(e.Resource, e.Kubelet)
 		if _, dup := served[k]; dup {
-			return nil, fmt.Errorf("answer %d: %s ids %v are answered twice", i, e.resource, e.kubelet)
+			return nil, fmt.Errorf("answer %d: %s ids %v are answered twice", i, e.Resource, e.Kubelet)
 		}
 		served[k] = e
 	}
 	return served, nil
 }
 
-// entry checks an answer against the node's shape and returns it as a servedEntry.
-func (a checkpointAnswer) entry(shape *topology.Shape) (servedEntry, error) {
+// answer checks an answer against the node's shape and returns it as a ledger.Answer.
+func (a checkpointAnswer) answer(shape *topology.Shape) (ledger.Answer, error) {
 	if !slices.Contains(Resources, a.Resource) {
-		return servedEntry{}, fmt.Errorf("resource %q is not one this plugin serves (%v)", a.Resource, Resources)
+		return ledger.Answer{}, fmt.Errorf("resource %q is not one this plugin serves (%v)", a.Resource, Resources)
 	}
 	if len(a.KubeletIDs) == 0 {
-		return servedEntry{}, errors.New("no kubelet ids")
+		return ledger.Answer{}, errors.New("no kubelet ids")
 	}
-	if _, err := hardwareOf(shape, a.Resource, a.KubeletIDs); err != nil {
-		return servedEntry{}, fmt.Errorf("kubelet ids: %w", err)
+	if _, err := ledger.HardwareOf(shape, a.Resource, a.KubeletIDs); err != nil {
+		return ledger.Answer{}, fmt.Errorf("kubelet ids: %w", err)
 	}
 	hw, err := allocation.Container{Resource: a.Resource, Devices: a.Devices, Cores: a.Cores}.Hardware(shape)
 	if err != nil {
-		return servedEntry{}, fmt.Errorf("hardware: %w", err)
+		return ledger.Answer{}, fmt.Errorf("hardware: %w", err)
 	}
 	if !slices.Equal(hw.Devices, a.Devices) || !slices.Equal(hw.Cores, a.Cores) {
-		return servedEntry{}, fmt.Errorf("devices %v and cores %v do not go together on %s at LNC %d (%s: devices %v, cores %v)",
+		return ledger.Answer{}, fmt.Errorf("devices %v and cores %v do not go together on %s at LNC %d (%s: devices %v, cores %v)",
 			a.Devices, a.Cores, shape.Type.Name, shape.LNC, a.Resource, hw.Devices, hw.Cores)
 	}
 	if len(hw.Cores) == 0 {
-		return servedEntry{}, errors.New("no hardware")
+		return ledger.Answer{}, errors.New("no hardware")
 	}
 	if a.At.IsZero() {
-		return servedEntry{}, errors.New("no time")
+		return ledger.Answer{}, errors.New("no time")
 	}
 	if y := a.At.UTC().Year(); y < 1 || y > 9999 {
-		return servedEntry{}, fmt.Errorf("time %s is out of range", a.At.Format(time.RFC3339))
+		return ledger.Answer{}, fmt.Errorf("time %s is out of range", a.At.Format(time.RFC3339))
 	}
-	return servedEntry{
-		hw: hw, resource: a.Resource, kubelet: slices.Clone(a.KubeletIDs), podUID: a.PodUID, pod: a.Pod, container: a.Container, at: a.At, seen: a.Seen,
+	kubelet := slices.Clone(a.KubeletIDs)
+	ledger.SortIDs(kubelet)
+	return ledger.Answer{
+		Hardware: hw, Resource: a.Resource, Kubelet: kubelet, PodUID: types.UID(a.PodUID), Pod: parsePodName(a.Pod), Container: a.Container, At: a.At, Seen: a.Seen,
 	}, nil
+}
+
+// parsePodName reads namespace/name; anything else names no pod.
+func parsePodName(s string) ledger.PodKey {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok {
+		return ledger.PodKey{}
+	}
+	return ledger.PodKey{Namespace: ns, Name: name}
 }

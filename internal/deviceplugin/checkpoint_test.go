@@ -17,6 +17,7 @@ import (
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -56,8 +57,8 @@ func TestAnswersSurviveARestart(t *testing.T) {
 				dir = ""
 			}
 			p, client, ctx := testPlugin(t,
-				testPod("x").neuron(1).record(1, 0).obj(),
-				testPod("y").neuron(1).record(2, 1).obj(),
+				neuronPod("x", 1).Record(neuronRecord(0)).AllocTime(1).Pending().Obj(),
+				neuronPod("y", 1).Record(neuronRecord(1)).AllocTime(2).Pending().Obj(),
 			)
 			p.o.StateDir = dir
 			if r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"5"}); err != nil { // y's call, matched to x's record
@@ -115,7 +116,7 @@ func recordOf(t *testing.T, ctx context.Context, client *fake.Clientset, name st
 // and gone from it once the kubelet no longer holds its ids.
 func TestCheckpointIsWrittenBeforeTheAnswerAndPruned(t *testing.T) {
 	dir := t.TempDir()
-	p, _, ctx := testPlugin(t, testPod("x").neuron(2).record(1, 2, 3).obj())
+	p, _, ctx := testPlugin(t, neuronPod("x", 2).Record(neuronRecord(2, 3)).AllocTime(1).Pending().Obj())
 	p.o.StateDir = dir
 	if _, err := p.allocate(ctx, topology.ResourceNeuron, []string{"9", "8"}); err != nil {
 		t.Fatal(err)
@@ -158,7 +159,7 @@ func readCheckpoint(t *testing.T, dir string) checkpoint {
 // checkpoint it cannot write, Allocate refuses, says what to do, and holds nothing.
 func TestAnAnswerThatCannotBeKeptIsNotGiven(t *testing.T) {
 	dir := t.TempDir()
-	p, _, ctx := testPlugin(t, testPod("x").neuron(1).record(1, 4).obj())
+	p, _, ctx := testPlugin(t, neuronPod("x", 1).Record(neuronRecord(4)).AllocTime(1).Pending().Obj())
 	p.o.StateDir = filepath.Join(dir, "missing") // not created: loadCheckpoint was not called
 	_, err := p.allocate(ctx, topology.ResourceNeuron, []string{"4"})
 	if err == nil {
@@ -171,8 +172,8 @@ func TestAnAnswerThatCannotBeKeptIsNotGiven(t *testing.T) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.served) != 0 || len(p.inflight) != 0 {
-		t.Errorf("served %v inflight %v, want nothing held after a refused call", p.served, p.inflight)
+	if answers, inflight := p.ledger.Answers(), p.ledger.InFlight(); len(answers) != 0 || len(inflight) != 0 {
+		t.Errorf("answers %v inflight %v, want nothing held after a refused call", answers, inflight)
 	}
 }
 
@@ -230,8 +231,8 @@ func TestLoadCheckpoint(t *testing.T) {
 			if err := p.loadCheckpoint(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if len(p.served) != tc.answers {
-				t.Errorf("loaded %d answers, want %d", len(p.served), tc.answers)
+			if n := len(p.ledger.Answers()); n != tc.answers {
+				t.Errorf("loaded %d answers, want %d", n, tc.answers)
 			}
 			_, err := os.Stat(path + ".invalid")
 			if moved := err == nil; moved != (tc.invalid != "") {
@@ -252,8 +253,7 @@ func TestLoadCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.served = served
-	data, err := p.encodeCheckpointLocked()
+	data, err := encodeCheckpoint(node, p.shape, served)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,8 @@ func TestLoadCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(again) != 2 || again[topology.ResourceNeuron+"|5"].pod != "ns/y" || !again[topology.ResourceNeuron+"|5"].seen || !again[topology.ResourceNeuronCore+"|2,3"].at.Equal(at) {
+	if len(again) != 2 || again[ledger.KeyOf(topology.ResourceNeuron, []string{"5"})].Pod.String() != "ns/y" || !again[ledger.KeyOf(topology.ResourceNeuron, []string{"5"})].Seen ||
+		!again[ledger.KeyOf(topology.ResourceNeuronCore, []string{"2", "3"})].At.Equal(at) {
 		t.Errorf("round trip lost something: %+v", again)
 	}
 }
@@ -280,16 +281,15 @@ func FuzzParseCheckpoint(f *testing.F) {
 		if err != nil {
 			return
 		}
-		p := &Plugin{o: Options{NodeName: node}, shape: shape, served: served}
 		for k, e := range served {
-			if k != servedKey(e.resource, e.kubelet) {
-				t.Fatalf("answer under key %q is for %s %v", k, e.resource, e.kubelet)
+			if k != ledger.KeyOf(e.Resource, e.Kubelet) {
+				t.Fatalf("answer under key %v is for %s %v", k, e.Resource, e.Kubelet)
 			}
-			if len(e.hw.Cores) == 0 || e.hw.Devices[len(e.hw.Devices)-1] >= shape.Devices() || e.hw.Cores[len(e.hw.Cores)-1] >= shape.Cores() {
-				t.Fatalf("accepted hardware %+v, not the node's", e.hw)
+			if len(e.Hardware.Cores) == 0 || e.Hardware.Devices[len(e.Hardware.Devices)-1] >= shape.Devices() || e.Hardware.Cores[len(e.Hardware.Cores)-1] >= shape.Cores() {
+				t.Fatalf("accepted hardware %+v, not the node's", e.Hardware)
 			}
 		}
-		out, err := p.encodeCheckpointLocked()
+		out, err := encodeCheckpoint(node, shape, served)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +307,7 @@ func FuzzParseCheckpoint(f *testing.F) {
 // written only when the answers change.
 func TestTheCheckpointIsNotRewrittenWhenNothingChanged(t *testing.T) {
 	dir := t.TempDir()
-	p, _, ctx := testPlugin(t, testPod("x").neuron(1).record(1, 4).obj())
+	p, _, ctx := testPlugin(t, neuronPod("x", 1).Record(neuronRecord(4)).AllocTime(1).Pending().Obj())
 	p.o.StateDir = dir
 	if _, err := p.allocate(ctx, topology.ResourceNeuron, []string{"4"}); err != nil {
 		t.Fatal(err)

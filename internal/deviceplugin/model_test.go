@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -9,25 +8,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
-	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
-
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
-	"github.com/kube-neuron/kube-neuron/internal/neuron"
+	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
-// TestKubeletModel drives the plugin the way a kubelet and the scheduler extender do, in random
-// orders, and checks what no pod may ever see:
+// TestKubeletModel drives the ledger the way a kubelet and the scheduler extender drive the
+// plugin, in random orders, and checks what no pod may ever see:
 //   - the kubelet finds too few ids for a pod whose record the extender placed on free hardware
 //     ("Requested: 8, Available: 4", the e2e flake of chained swaps);
 //   - Allocate refuses a pod with such a record;
@@ -55,15 +45,36 @@ import (
 // refresh saw the swap), and such a pod may be refused; no core may still be given twice, and
 // records must still end up naming what their containers got.
 //
+// The API server, the informer and the kubelet are the model's own (ledgerWorld): the ledger
+// answers, the model does the plugin's I/O in memory. TestPluginModel runs the same model
+// against the whole plugin, with a fake clientset, for the I/O around the ledger.
+//
 // Each seed is a run of its own; a failure names the seed and the steps up to it. More seeds:
-// KUBELET_MODEL_SEEDS=3000 go test -run TestKubeletModel ./internal/deviceplugin/ (about 7 min).
+// KUBELET_MODEL_SEEDS=3000 go test -run 'TestKubeletModel$' ./internal/deviceplugin/ (about 3 min).
 func TestKubeletModel(t *testing.T) {
-	seeds := 200 // about 17 s
+	seeds := 500
 	if raceEnabled {
-		seeds = 50 // about 20 s with -race, as make test runs it
+		seeds = 100 // as make test runs it: about 15 s
 	}
+	runModel(t, seeds, newLedgerWorld)
+}
+
+// TestPluginModel runs the model of TestKubeletModel against the whole plugin: its informer
+// lister, its fake API server, its PodResources client, its record patches and its checkpoint
+// file. Fewer seeds: the decisions are TestKubeletModel's to cover.
+func TestPluginModel(t *testing.T) {
+	seeds := 20
+	if raceEnabled {
+		seeds = 5
+	}
+	runModel(t, seeds, newPluginWorld)
+}
+
+// runModel runs seeds runs of each kind (one pool or mixed, lagging or not) against the worlds
+// newWorld makes.
+func runModel(t *testing.T, seeds int, newWorld func(*kubeletModel) modelWorld) {
 	if testing.Short() {
-		seeds = 40
+		seeds = max(seeds/5, 10)
 	}
 	if v := os.Getenv("KUBELET_MODEL_SEEDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -85,7 +96,7 @@ func TestKubeletModel(t *testing.T) {
 				var admissions, refusals, multi int
 				for seed := range uint64(seeds) {
 					t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-						m := newKubeletModel(t, pools, seed)
+						m := newKubeletModel(t, pools, seed, newWorld)
 						m.lagging = lagging
 						if err := m.run(80); err != nil {
 							t.Fatalf("%v\nsteps:\n%s", err, strings.Join(m.trace, "\n"))
@@ -105,19 +116,44 @@ func TestKubeletModel(t *testing.T) {
 	}
 }
 
-// kubeletModel is one run: the plugin under test, the API server (a fake clientset), the
-// plugin's informer cache (an indexer the model fills), and the kubelet's state.
+// modelWorld is the plugin, or the ledger with the plugin's I/O done in memory, with the API
+// server and the informer it reads. Pods are in namespace ns.
+type modelWorld interface {
+	// bind creates a pod bound to the node, with its record; shown says the informer shows it
+	// at once (else at the next catchUp).
+	bind(pod modelPod, shown bool) error
+	// remove deletes a pod from the API server and the informer.
+	remove(name string) error
+	// catchUp lets the informer show the API server's pods.
+	catchUp() error
+	// records returns the API server's records, by pod name.
+	records() (map[string]*allocation.Record, error)
+	// restart ends the plugin's process and starts another, from the checkpoint.
+	restart() error
+	preferred(resource string, available []string, count int) []string
+	allocate(resource string, ids []string) (topology.Allocation, error)
+	// refresh runs the plugin's refresh with the kubelet's PodResources.
+	refresh() error
+	withdrawn(resource string) map[string]string
+}
+
+// modelPod is a pod the extender binds.
+type modelPod struct {
+	name      string
+	created   int64 // unix seconds
+	allocTime int64
+	ctrs      []modelCtr
+	record    *allocation.Record
+}
+
+// kubeletModel is one run: the world under test (the plugin or the ledger, with the API server
+// and the informer) and the kubelet's state.
 type kubeletModel struct {
-	t       *testing.T
-	ctx     context.Context
-	rng     *rand.Rand
-	p       *Plugin
-	client  *fake.Clientset
-	indexer cache.Indexer
-	pools   []string // the pools pods ask through: one, or all three (mixed)
-	shape   *topology.Shape
-	// stateDir is the plugin's --state-dir: its checkpoint outlives the process.
-	stateDir string
+	t     *testing.T
+	rng   *rand.Rand
+	w     modelWorld
+	pools []string // the pools pods ask through: one, or all three (mixed)
+	shape *topology.Shape
 
 	next     int                            // pods created so far
 	pods     map[string][]modelCtr          // pod name -> its containers
@@ -139,14 +175,14 @@ type modelCtr struct {
 	count     int
 }
 
-func newKubeletModel(t *testing.T, pools []string, seed uint64) *kubeletModel {
+func newKubeletModel(t *testing.T, pools []string, seed uint64, newWorld func(*kubeletModel) modelWorld) *kubeletModel {
 	// Each seed runs on one of these instance types: trees, rings and tori, 1 to 8 cores per device.
 	types := []struct {
 		name string
 		lnc  int
 	}{{"trn1.32xlarge", 0}, {"inf2.48xlarge", 0}, {"trn2.48xlarge", 1}, {"trn2.48xlarge", 2}, {"inf1.6xlarge", 0}}
 	it := types[seed%uint64(len(types))]
-	typ, ok := topology.DefaultCatalog().Lookup(it.name)
+	typ, ok := modelCatalog().Lookup(it.name)
 	if !ok {
 		t.Fatalf("instance type %s is not in the catalog", it.name)
 	}
@@ -156,41 +192,24 @@ func newKubeletModel(t *testing.T, pools []string, seed uint64) *kubeletModel {
 	}
 	m := &kubeletModel{
 		t: t, rng: rand.New(rand.NewPCG(seed, 0x6b6e)), pools: pools, shape: shape,
-		// The field-managed tracker of fake.NewClientset builds a REST mapper on every write,
-		// which took most of this test's time; field management plays no part here.
-		client:  fake.NewSimpleClientset(),
-		indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
-		pods:    map[string][]modelCtr{}, admitted: map[string][][]string{}, got: map[string]topology.Allocation{}, view: map[string]map[string]bool{},
+		pods: map[string][]modelCtr{}, admitted: map[string][][]string{}, got: map[string]topology.Allocation{}, view: map[string]map[string]bool{},
 	}
-	m.stateDir = t.TempDir()
-	if err := m.startPlugin(); err != nil {
-		t.Fatal(err)
-	}
+	m.w = newWorld(m)
 	m.logf("%s at LNC %d: %d devices, %d cores", it.name, shape.LNC, shape.Devices(), shape.Cores())
 	return m
-}
-
-// startPlugin starts a plugin process on the model's node: nothing in memory, the answers of
-// the previous process from its checkpoint.
-func (m *kubeletModel) startPlugin() error {
-	p, _, ctx := testPlugin(m.t)
-	p.shape, p.health = m.shape, neuron.NewHealth(m.shape.Devices(), nil)
-	p.o.Client, p.o.StateDir = m.client, m.stateDir
-	p.pods = corelisters.NewPodLister(m.indexer)
-	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return m.podResources(), nil }
-	m.p, m.ctx = p, ctx
-	return p.loadCheckpoint(ctx)
 }
 
 // restart is the plugin's process ending (its answers and writes in memory are lost) and
 // starting again: it reads its checkpoint, its informer lists the pods, it refreshes, then it
 // serves.
 func (m *kubeletModel) restart() error {
-	if err := m.startPlugin(); err != nil {
+	if err := m.w.restart(); err != nil {
 		return err
 	}
 	m.logf("the plugin restarts")
-	m.catchUp()
+	if err := m.catchUp(); err != nil {
+		return err
+	}
 	return m.refresh()
 }
 
@@ -209,7 +228,7 @@ func (m *kubeletModel) run(steps int) error {
 		case n < 36:
 			err = m.finish()
 		case n < 39:
-			m.catchUp()
+			err = m.catchUp()
 		default:
 			err = m.restart()
 		}
@@ -221,11 +240,15 @@ func (m *kubeletModel) run(steps int) error {
 		}
 	}
 	// Settle: the informer catches up, a refresh runs, and every waiting pod is admitted.
-	m.catchUp()
+	if err := m.catchUp(); err != nil {
+		return err
+	}
 	if err := m.refresh(); err != nil {
 		return err
 	}
-	m.catchUp()
+	if err := m.catchUp(); err != nil {
+		return err
+	}
 	if err := m.checkSettled(); err != nil {
 		return err
 	}
@@ -236,7 +259,9 @@ func (m *kubeletModel) run(steps int) error {
 		if err := m.refresh(); err != nil {
 			return err
 		}
-		m.catchUp()
+		if err := m.catchUp(); err != nil {
+			return err
+		}
 	}
 	return m.checkSettled()
 }
@@ -244,19 +269,17 @@ func (m *kubeletModel) run(steps int) error {
 // records returns the record entries of the live pods' containers (pod/container), from the
 // API server.
 func (m *kubeletModel) records() map[string]allocation.Container {
-	list, err := m.client.CoreV1().Pods("ns").List(m.ctx, metav1.ListOptions{})
+	recs, err := m.w.records()
 	if err != nil {
 		m.t.Fatal(err)
 	}
 	out := map[string]allocation.Container{}
-	for i := range list.Items {
-		pod := &list.Items[i]
-		r, err := allocation.RecordOf(pod)
-		if err != nil || r == nil || len(r.Containers) != len(m.pods[pod.Name]) {
-			m.t.Fatalf("pod %s: record %+v, %v; want an entry for each of its containers %+v", pod.Name, r, err, m.pods[pod.Name])
+	for name, r := range recs {
+		if r == nil || len(r.Containers) != len(m.pods[name]) {
+			m.t.Fatalf("pod %s: record %+v; want an entry for each of its containers %+v", name, r, m.pods[name])
 		}
 		for _, c := range r.Containers {
-			out[pod.Name+"/"+c.Name] = c
+			out[name+"/"+c.Name] = c
 		}
 	}
 	return out
@@ -272,7 +295,7 @@ func (m *kubeletModel) bindNewPod() error {
 	}
 	busy := map[int]string{}
 	for key, c := range m.records() {
-		hw, err := c.Hardware(m.p.shape)
+		hw, err := c.Hardware(m.shape)
 		if err != nil {
 			return err
 		}
@@ -294,27 +317,22 @@ func (m *kubeletModel) bindNewPod() error {
 	}
 	var ctrs []modelCtr
 	r := &allocation.Record{Node: node}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.Unix(int64(m.next), 0)},
-		Spec:       corev1.PodSpec{NodeName: node},
-		Status:     corev1.PodStatus{Phase: corev1.PodPending},
-	}
 	var placed []string
 	for i := range n {
 		res := m.pools[m.rng.IntN(len(m.pools))]
 		unit, _ := topology.UnitOf(res)
-		sizes := m.p.shape.DeviceSizes()
+		sizes := m.shape.DeviceSizes()
 		if unit == topology.UnitCore {
-			sizes = m.p.shape.CoreSizes()
+			sizes = m.shape.CoreSizes()
 		}
 		// Up to half the node, so that several pods share it.
-		limit := m.p.shape.Devices() / 2
+		limit := m.shape.Devices() / 2
 		if unit == topology.UnitCore {
-			limit = m.p.shape.Cores() / 2
+			limit = m.shape.Cores() / 2
 		}
 		sizes = slices.DeleteFunc(slices.Clone(sizes), func(n int) bool { return n > limit })
 		count := sizes[m.rng.IntN(len(sizes))]
-		u := topology.NewUsage(m.p.shape)
+		u := topology.NewUsage(m.shape)
 		if err := u.MarkCores(slices.Collect(maps.Keys(busy))); err != nil {
 			return err
 		}
@@ -332,24 +350,18 @@ func (m *kubeletModel) bindNewPod() error {
 		}
 		r.Containers = append(r.Containers, c)
 		ctrs = append(ctrs, modelCtr{name: c.Name, res: res, count: count})
-		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(int64(count), resource.DecimalSI)},
-		}})
 		placed = append(placed, fmt.Sprintf("%s %d %s on devices %v cores %v", c.Name, count, strings.TrimPrefix(res, "aws.amazon.com/"), fit.Devices, fit.Cores))
 	}
-	pod.Annotations = r.Annotations()
-	pod.Annotations[allocation.AllocTime] = strconv.Itoa(m.next)
-	created, err := m.client.CoreV1().Pods("ns").Create(m.ctx, pod, metav1.CreateOptions{})
-	if err != nil {
+	shown := m.rng.IntN(3) != 0
+	if err := m.w.bind(modelPod{name: name, created: int64(m.next), allocTime: int64(m.next), ctrs: ctrs, record: r}, shown); err != nil {
 		return err
 	}
 	m.pods[name] = ctrs
 	m.logf("extender binds %s: %s", name, strings.Join(placed, "; "))
-	if m.rng.IntN(3) == 0 {
+	if !shown {
 		m.logf("  (the plugin's informer does not show %s yet)", name)
-		return nil
 	}
-	return m.indexer.Add(created)
+	return nil
 }
 
 // waiting returns a bound pod the kubelet has not admitted, at random, or "".
@@ -417,7 +429,7 @@ func (m *kubeletModel) admitPod(name string) error {
 	got := map[string]topology.Allocation{}
 	for _, c := range m.pods[name] {
 		var available []string
-		for _, id := range poolIDs(m.p.shape, c.res) {
+		for _, id := range ledger.PoolIDs(m.shape, c.res) {
 			if !held[c.res][id] && !m.view[c.res][id] {
 				available = append(available, id)
 			}
@@ -426,17 +438,13 @@ func (m *kubeletModel) admitPod(name string) error {
 			return m.refuse(name, fmt.Errorf("the kubelet cannot admit %s container %s: Requested: %d, Available: %d (ids %v; withdrawn %v; held %v)",
 				name, c.name, c.count, len(available), available, sortedKeys(m.view[c.res]), sortedKeys(held[c.res])))
 		}
-		ids := m.p.preferred(m.ctx, c.res, available, nil, c.count)
-		if len(ids) != c.count || !allIn(ids, setOf(available)) {
+		ids := m.w.preferred(c.res, available, c.count)
+		if len(ids) != c.count || slices.ContainsFunc(ids, func(id string) bool { return !slices.Contains(available, id) }) {
 			ids = available[:c.count] // the kubelet ignores a preference it cannot take
 		}
-		r, err := m.p.allocate(m.ctx, c.res, ids)
+		hw, err := m.w.allocate(c.res, ids)
 		if err != nil {
 			return m.refuse(name, fmt.Errorf("Allocate for %s container %s (ids %v): %v", name, c.name, ids, err))
-		}
-		hw, err := hardwareOfResponse(m.p.shape, r)
-		if err != nil {
-			return err
 		}
 		hold(c.res, ids)
 		all = append(all, ids)
@@ -452,18 +460,6 @@ func (m *kubeletModel) admitPod(name string) error {
 	return nil
 }
 
-func hardwareOfResponse(s *topology.Shape, r interface{ GetEnvs() map[string]string }) (topology.Allocation, error) {
-	var cores []int
-	for _, f := range strings.Split(r.GetEnvs()[allocation.EnvVisibleCores], ",") {
-		c, err := strconv.Atoi(f)
-		if err != nil {
-			return topology.Allocation{}, fmt.Errorf("the response's %s is %q", allocation.EnvVisibleCores, r.GetEnvs()[allocation.EnvVisibleCores])
-		}
-		cores = append(cores, c)
-	}
-	return s.CoreAllocation(cores)
-}
-
 // refuse fails the admission of a pod. Only a lagging run tolerates it: the kubelet fails the
 // pod, which is then deleted.
 func (m *kubeletModel) refuse(name string, err error) error {
@@ -475,38 +471,32 @@ func (m *kubeletModel) refuse(name string, err error) error {
 	return m.remove(name)
 }
 
-// podResources is what the kubelet's PodResources API shows.
-// podResources is the kubelet's PodResources answer, in its shape: a container's ids as one
-// entry per id, in any order.
-func (m *kubeletModel) podResources() []*podresv1.PodResources {
-	var podRes []*podresv1.PodResources
+// kubelet is what the kubelet's PodResources API shows: a container's ids in any order.
+func (m *kubeletModel) kubelet() []ledger.Admitted {
+	var out []ledger.Admitted
 	for _, name := range sortedKeys(m.admitted) {
-		pr := &podresv1.PodResources{Namespace: "ns", Name: name}
 		for i, ids := range m.admitted[name] {
 			c := m.pods[name][i]
-			cr := &podresv1.ContainerResources{Name: c.name}
-			for _, j := range m.rng.Perm(len(ids)) {
-				cr.Devices = append(cr.Devices, &podresv1.ContainerDevices{ResourceName: c.res, DeviceIds: []string{ids[j]}})
+			shuffled := make([]string, len(ids))
+			for k, j := range m.rng.Perm(len(ids)) {
+				shuffled[k] = ids[j]
 			}
-			pr.Containers = append(pr.Containers, cr)
+			out = append(out, ledger.Admitted{Pod: ledger.PodKey{Namespace: "ns", Name: name}, Container: c.name, Resource: c.res, IDs: shuffled})
 		}
-		podRes = append(podRes, pr)
 	}
-	return podRes
+	return out
 }
 
 // refresh is the plugin's refresh with the kubelet's PodResources, after which the kubelet sees
 // the pool's new health.
 func (m *kubeletModel) refresh() error {
-	podRes := mergeContainerDevices(m.podResources()) // what the plugin's refresh reads
-	pods, _ := m.p.pods.List(labels.Everything())
-	m.p.reconcile(m.ctx, pods, podRes, true)
+	if err := m.w.refresh(); err != nil {
+		return err
+	}
 	m.pending = false
 	var views []string
 	for _, res := range m.pools {
-		m.p.mu.Lock()
-		w := Withdrawn(m.p.shape, res, m.p.health.Unhealthy(), m.p.holdings)
-		m.p.mu.Unlock()
+		w := m.w.withdrawn(res)
 		m.view[res] = map[string]bool{}
 		for id := range w {
 			m.view[res][id] = true
@@ -543,10 +533,7 @@ func (m *kubeletModel) finish() error {
 
 // remove deletes a pod: the kubelet releases its ids, the API server and the informer drop it.
 func (m *kubeletModel) remove(name string) error {
-	if err := m.client.CoreV1().Pods("ns").Delete(m.ctx, name, metav1.DeleteOptions{}); err != nil {
-		return err
-	}
-	if err := m.indexer.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}); err != nil {
+	if err := m.w.remove(name); err != nil {
 		return err
 	}
 	for _, c := range m.pods[name] {
@@ -558,19 +545,12 @@ func (m *kubeletModel) remove(name string) error {
 }
 
 // catchUp lets the plugin's informer show the API server's pods.
-func (m *kubeletModel) catchUp() {
-	list, err := m.client.CoreV1().Pods("ns").List(m.ctx, metav1.ListOptions{})
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	objs := make([]any, len(list.Items))
-	for i := range list.Items {
-		objs[i] = &list.Items[i]
-	}
-	if err := m.indexer.Replace(objs, ""); err != nil {
-		m.t.Fatal(err)
+func (m *kubeletModel) catchUp() error {
+	if err := m.w.catchUp(); err != nil {
+		return err
 	}
 	m.logf("informer catches up")
+	return nil
 }
 
 // checkDisjoint: no core is in two live containers.
@@ -594,7 +574,7 @@ func (m *kubeletModel) checkSettled() error {
 	owner := map[int]string{}
 	for name, hw := range m.got {
 		c := recs[name]
-		if !c.Served || !sameHardware(m.p.shape, c, hw) {
+		if !c.Served || !ledger.SameHardware(m.shape, c, hw) {
 			return fmt.Errorf("settled: %s got devices %v cores %v, its record says devices %v cores %v served %v", name, hw.Devices, hw.Cores, c.Devices, c.Cores, c.Served)
 		}
 		for _, core := range hw.Cores {
@@ -607,7 +587,7 @@ func (m *kubeletModel) checkSettled() error {
 			// runs on: its Allocate call is refused.
 			continue
 		}
-		hw, err := c.Hardware(m.p.shape)
+		hw, err := c.Hardware(m.shape)
 		if err != nil {
 			return err
 		}
@@ -620,8 +600,11 @@ func (m *kubeletModel) checkSettled() error {
 	return nil
 }
 
+// modelCatalog is the built-in catalog, read once for all runs.
+var modelCatalog = sync.OnceValue(topology.DefaultCatalog)
+
 func sortedKeys[V any](m map[string]V) []string {
 	keys := slices.Collect(maps.Keys(m))
-	sortIDs(keys)
+	ledger.SortIDs(keys)
 	return keys
 }

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
 )
 
 // pool serves one resource over the kubelet's DevicePlugin API.
@@ -26,6 +28,8 @@ type pool struct {
 
 	mu   sync.Mutex
 	subs map[chan struct{}]struct{}
+	// withdrawn are the ids reported unhealthy, with the reason.
+	withdrawn map[string]string
 }
 
 var _ pluginapi.DevicePluginServer = (*pool)(nil)
@@ -38,7 +42,10 @@ func socketName(resource string) string {
 func (p *Plugin) startPools(ctx context.Context) error {
 	pools := map[string]*pool{}
 	for _, res := range Resources {
-		pl := &pool{p: p, resource: res, socket: socketName(res), subs: map[chan struct{}]struct{}{}}
+		p.mu.Lock()
+		withdrawn := p.lastHealth[res]
+		p.mu.Unlock()
+		pl := &pool{p: p, resource: res, socket: socketName(res), subs: map[chan struct{}]struct{}{}, withdrawn: withdrawn}
 		path := filepath.Join(p.o.DevicePluginDir, pl.socket)
 		_ = os.Remove(path)
 		lis, err := net.Listen("unix", path)
@@ -104,9 +111,11 @@ func (p *Plugin) socketsPresent() bool {
 	return true
 }
 
-func (pl *pool) notify() {
+// setWithdrawn sets the ids the pool reports unhealthy and sends them to every ListAndWatch.
+func (pl *pool) setWithdrawn(withdrawn map[string]string) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	pl.withdrawn = withdrawn
 	for ch := range pl.subs {
 		select {
 		case ch <- struct{}{}:
@@ -132,17 +141,17 @@ func (pl *pool) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServ
 		pl.mu.Unlock()
 	}()
 	for {
-		pl.p.mu.Lock()
-		withdrawn := pl.p.lastHealth[pl.resource]
+		pl.mu.Lock()
+		withdrawn := pl.withdrawn
+		pl.mu.Unlock()
 		resp := &pluginapi.ListAndWatchResponse{}
-		for _, id := range poolIDs(pl.p.shape, pl.resource) {
+		for _, id := range ledger.PoolIDs(pl.p.shape, pl.resource) {
 			health := pluginapi.Healthy
 			if _, out := withdrawn[id]; out {
 				health = pluginapi.Unhealthy
 			}
 			resp.Devices = append(resp.Devices, &pluginapi.Device{ID: id, Health: health})
 		}
-		pl.p.mu.Unlock()
 		pl.p.metrics.withdrawn.WithLabelValues(pl.resource).Set(float64(len(withdrawn)))
 		if err := stream.Send(resp); err != nil {
 			return err

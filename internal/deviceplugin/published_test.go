@@ -4,16 +4,13 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -22,52 +19,32 @@ import (
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 const node = "trn1-a"
 
-// podBuilder builds the node's pods: testPod("p").neuron(2).published("0,1").obj().
-type podBuilder struct{ p *corev1.Pod }
-
-func testPod(name string) *podBuilder {
-	return &podBuilder{p: &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: map[string]string{}},
-		Spec:       corev1.PodSpec{NodeName: node},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
-	}}
+// testPod starts a running pod of the node in namespace ns:
+// testPod("p").Container(app, topology.ResourceNeuronCore, 2).Published("0,1").Obj().
+func testPod(name string) *testkit.PodWrapper {
+	return testkit.MakePod().Namespace("ns").Name(name).Node(node).Running()
 }
 
-func (b *podBuilder) request(res string, n int) *podBuilder {
-	b.p.Spec.Containers = append(b.p.Spec.Containers, corev1.Container{Name: "app", Resources: corev1.ResourceRequirements{
-		Limits: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(int64(n), resource.DecimalSI)},
-	}})
-	return b
+// neuronPod is testPod with container app asking for devices of aws.amazon.com/neuron.
+func neuronPod(name string, devices int64) *testkit.PodWrapper {
+	return testPod(name).Container(app, topology.ResourceNeuron, devices)
 }
 
-func (b *podBuilder) neuron(n int) *podBuilder { return b.request(topology.ResourceNeuron, n) }
+// app is the container of the test pods.
+const app = "app"
 
-// published gives the pod the annotations the published Neuron stack leaves (no record of ours).
-func (b *podBuilder) published(ids string) *podBuilder {
-	b.p.Annotations[allocation.AWSNeuronIDs] = ids
-	b.p.Annotations[allocation.AllocTime] = "1000"
-	b.p.Annotations[allocation.Allocated] = "false"
-	return b
+// neuronRecord is an unserved record of the scheduler extender for container app on devices.
+func neuronRecord(devices ...int) *allocation.Record {
+	return &allocation.Record{Node: node, Containers: []allocation.Container{{Name: app, Resource: topology.ResourceNeuron, Devices: devices}}}
 }
-
-// record gives the pod an unserved record of the scheduler extender for its first container.
-func (b *podBuilder) record(allocTime int64, devices ...int) *podBuilder {
-	r := &allocation.Record{Node: node, Containers: []allocation.Container{{Name: "app", Resource: topology.ResourceNeuron, Devices: devices}}}
-	maps.Copy(b.p.Annotations, r.Annotations())
-	b.p.Annotations[allocation.AllocTime] = strconv.FormatInt(allocTime, 10)
-	b.p.Status.Phase = corev1.PodPending
-	return b
-}
-
-func (b *podBuilder) pending() *podBuilder { b.p.Status.Phase = corev1.PodPending; return b }
-
-func (b *podBuilder) obj() *corev1.Pod { return b.p }
 
 // testPlugin is a plugin for a trn1.32xlarge named trn1-a whose informer and API server hold pods.
 func testPlugin(t *testing.T, pods ...*corev1.Pod) (*Plugin, *fake.Clientset, context.Context) {
@@ -86,13 +63,8 @@ func testPlugin(t *testing.T, pods ...*corev1.Pod) (*Plugin, *fake.Clientset, co
 		}
 	}
 	s := trn1(t)
-	p := &Plugin{
-		o: Options{NodeName: node, Client: client, Source: SourceAuto}, shape: s, metrics: newMetrics(),
-		pods: corelisters.NewPodLister(indexer), health: neuron.NewHealth(s.Devices(), nil),
-		served: map[string]servedEntry{}, inflight: map[string]time.Time{}, written: map[string]writtenEntry{}, pools: map[string]*pool{},
-		lastHealth: map[string]map[string]string{}, reported: map[string]bool{}, refreshCh: make(chan struct{}, 1),
-		recorder: record.NewFakeRecorder(10),
-	}
+	p := newPlugin(Options{NodeName: node, Client: client, Source: SourceAuto}, s, neuron.NewHealth(s.Devices(), nil))
+	p.pods, p.recorder = corelisters.NewPodLister(indexer), record.NewFakeRecorder(10)
 	return p, client, ctx
 }
 
@@ -103,29 +75,32 @@ func admitted(pod, res string, ids ...string) *podresv1.PodResources {
 	}}}
 }
 
-// refresh computes the holdings from the informer's pods and the PodResources, as refresh does.
-func refresh(t *testing.T, p *Plugin, podRes ...*podresv1.PodResources) []recordFix {
+// refresh computes the holdings from the informer's pods and the PodResources, as refresh does,
+// and returns the record fixes without writing them.
+func refresh(t *testing.T, p *Plugin, podRes ...*podresv1.PodResources) []ledger.Fix {
 	t.Helper()
-	pods, _ := p.pods.List(labels.Everything())
-	holdings, fixes := p.computeHoldings(pods, podRes, true, true)
 	p.mu.Lock()
-	p.holdings = holdings
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	snap := ledger.Snapshot{Pods: podViews(p.cachedPods()), Cached: true, Kubelet: admittedOf(podRes), KubeletOK: true, Now: time.Now()}
+	fixes, err := p.ledger.Refresh(snap, p.lookup(context.Background()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return fixes
 }
 
 func withdrawn(p *Plugin, res string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ids := slices.Collect(maps.Keys(Withdrawn(p.shape, res, p.health.Unhealthy(), p.holdings)))
-	sortIDs(ids)
+	ids := slices.Collect(maps.Keys(p.ledger.Withdrawn(res, p.health.Unhealthy())))
+	ledger.SortIDs(ids)
 	return ids
 }
 
 func TestPublishedPodRunningIsHeld(t *testing.T) {
 	// The published device plugin served devices 0,1 while the kubelet holds ids 5,6 of
 	// aws.amazon.com/neuron for the container: the hardware is what counts.
-	p, _, _ := testPlugin(t, testPod("legacy").neuron(2).published("0,1").obj())
+	p, _, _ := testPlugin(t, neuronPod("legacy", 2).Published("0,1").AllocTime(1000).Obj())
 	if fixes := refresh(t, p, admitted("legacy", topology.ResourceNeuron, "5", "6")); len(fixes) != 0 {
 		t.Errorf("fixes %+v: a running pod of the published stack must keep its annotations", fixes)
 	}
@@ -145,7 +120,7 @@ func TestPublishedPodRunningIsHeld(t *testing.T) {
 }
 
 func TestPublishedPodWithoutPodResourcesIsHeldEverywhere(t *testing.T) {
-	p, _, _ := testPlugin(t, testPod("legacy").request(topology.ResourceNeuronCore, 4).published("0,1,2,3").obj())
+	p, _, _ := testPlugin(t, testPod("legacy").Container(app, topology.ResourceNeuronCore, 4).Published("0,1,2,3").AllocTime(1000).Obj())
 	refresh(t, p) // the kubelet shows nothing (PodResources not available)
 	for res, want := range map[string][]string{
 		topology.ResourceNeuron:       {"0", "1"},
@@ -162,8 +137,8 @@ func TestPublishedPodWithoutPodResourcesIsHeldEverywhere(t *testing.T) {
 // and a call without a record is refused rather than given the published pod's devices.
 func TestPublishedPodIsNeverMatchedByOthers(t *testing.T) {
 	p, _, ctx := testPlugin(t,
-		testPod("legacy").neuron(4).published("0,1,2,3").obj(),
-		testPod("new").neuron(4).record(2000, 4, 5, 6, 7).obj(),
+		neuronPod("legacy", 4).Published("0,1,2,3").AllocTime(1000).Obj(),
+		neuronPod("new", 4).Record(neuronRecord(4, 5, 6, 7)).AllocTime(2000).Pending().Obj(),
 	)
 	refresh(t, p, admitted("legacy", topology.ResourceNeuron, "0", "1", "2", "3"))
 	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"8", "9", "10", "11"})
@@ -175,7 +150,7 @@ func TestPublishedPodIsNeverMatchedByOthers(t *testing.T) {
 	}
 	// Another pod without a record, offered the published pod's ids by a kubelet that has not
 	// seen the withdrawal: refused.
-	p2, _, ctx2 := testPlugin(t, testPod("legacy").neuron(1).published("0").obj())
+	p2, _, ctx2 := testPlugin(t, neuronPod("legacy", 1).Published("0").AllocTime(1000).Obj())
 	refresh(t, p2, admitted("legacy", topology.ResourceNeuron, "9"))
 	if _, err := p2.allocate(ctx2, topology.ResourceNeuron, []string{"0"}); err == nil || !strings.Contains(err.Error(), "already in use by pod ns/legacy") {
 		t.Errorf("allocate of the published pod's device for someone else: %v, want a refusal naming ns/legacy", err)
@@ -188,8 +163,8 @@ func TestPublishedPodIsNeverMatchedByOthers(t *testing.T) {
 // and not a waiting pod's record of the same size.
 func TestKubeletAsksAgainForPublishedPod(t *testing.T) {
 	p, client, ctx := testPlugin(t,
-		testPod("legacy").neuron(4).published("0,1,2,3").obj(),
-		testPod("waiting").neuron(4).record(1, 4, 5, 6, 7).obj(), // older NEURON_ALLOC_TIME than the legacy pod
+		neuronPod("legacy", 4).Published("0,1,2,3").AllocTime(1000).Obj(),
+		neuronPod("waiting", 4).Record(neuronRecord(4, 5, 6, 7)).AllocTime(1).Pending().Obj(), // older NEURON_ALLOC_TIME than the legacy pod
 	)
 	refresh(t, p, admitted("legacy", topology.ResourceNeuron, "12", "13", "14", "15"))
 	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"15", "12", "13", "14"})
@@ -214,7 +189,7 @@ func TestKubeletAsksAgainForPublishedPod(t *testing.T) {
 // yet is served its AWS_NEURON_IDS when the kubelet admits it (the preferred ids and Allocate),
 // and its record becomes ours, with the same ids.
 func TestPublishedPodAdmittedByThisPlugin(t *testing.T) {
-	p, client, ctx := testPlugin(t, testPod("legacy").request(topology.ResourceNeuronCore, 4).published("3,2,4,5").pending().obj())
+	p, client, ctx := testPlugin(t, testPod("legacy").Container(app, topology.ResourceNeuronCore, 4).Published("3,2,4,5").AllocTime(1000).Pending().Obj())
 	refresh(t, p)
 	// Reserved: free in its own pool for the kubelet to hand out, withdrawn from the others.
 	if got := withdrawn(p, topology.ResourceNeuronCore); len(got) != 0 {
@@ -223,7 +198,7 @@ func TestPublishedPodAdmittedByThisPlugin(t *testing.T) {
 	if got := withdrawn(p, topology.ResourceNeuron); !slices.Equal(got, []string{"1", "2"}) {
 		t.Errorf("neuron withdrawn %v, want 1, 2", got)
 	}
-	all := poolIDs(p.shape, topology.ResourceNeuronCore)
+	all := ledger.PoolIDs(p.shape, topology.ResourceNeuronCore)
 	if got := p.preferred(ctx, topology.ResourceNeuronCore, all, nil, 4); !slices.Equal(got, []string{"2", "3", "4", "5"}) {
 		t.Errorf("preferred %v, want the published ids 2-5", got)
 	}
@@ -246,7 +221,7 @@ func TestPublishedPodAdmittedByThisPlugin(t *testing.T) {
 }
 
 func TestPublishedProblemsAreReportedOnce(t *testing.T) {
-	p, _, ctx := testPlugin(t, testPod("bad").neuron(1).published("zero").obj())
+	p, _, ctx := testPlugin(t, neuronPod("bad", 1).Published("zero").AllocTime(1000).Obj())
 	pods, _ := p.pods.List(labels.Everything())
 	p.reportPublished(ctx, pods)
 	p.reportPublished(ctx, pods)
@@ -266,15 +241,15 @@ func TestPublishedProblemsAreReportedOnce(t *testing.T) {
 // admitted (older NEURON_ALLOC_TIME) comes after a pod the extender bound, then is matched itself.
 func TestMatchPrefersExtenderRecords(t *testing.T) {
 	p, _, _ := testPlugin(t,
-		testPod("legacy").neuron(1).published("15").pending().obj(),
-		testPod("new").neuron(1).record(2000, 4).obj(),
+		neuronPod("legacy", 1).Published("15").AllocTime(1000).Pending().Obj(),
+		neuronPod("new", 1).Record(neuronRecord(4)).AllocTime(2000).Pending().Obj(),
 	)
 	refresh(t, p)
-	cands := p.candidates()
-	if c, ok := Match(cands, topology.ResourceNeuron, 1, nil); !ok || c.Pod != "ns/new" {
+	cands := p.ledger.Candidates(podViews(p.cachedPods()), true, time.Now())
+	if c, ok := ledger.Match(cands, topology.ResourceNeuron, 1, nil); !ok || c.Pod.String() != "ns/new" {
 		t.Errorf("matched %v, want ns/new", c.Pod)
 	}
-	if c, ok := Match(cands, topology.ResourceNeuron, 1, map[string]bool{"uid-new/app": true}); !ok || c.Pod != "ns/legacy" || !c.Published {
+	if c, ok := ledger.Match(cands, topology.ResourceNeuron, 1, map[ledger.ContainerRef]bool{{UID: "uid-new", Container: "app"}: true}); !ok || c.Pod.String() != "ns/legacy" || !c.Published {
 		t.Errorf("matched %+v, want ns/legacy", c)
 	}
 }
@@ -282,12 +257,12 @@ func TestMatchPrefersExtenderRecords(t *testing.T) {
 // TestMatchReadsAgainBeforeServingPublished: the informer has only the published stack's
 // waiting pod, the API server also a pod the extender has just bound: the call is for that pod.
 func TestMatchReadsAgainBeforeServingPublished(t *testing.T) {
-	p, client, ctx := testPlugin(t, testPod("legacy").neuron(1).published("15").pending().obj())
+	p, client, ctx := testPlugin(t, neuronPod("legacy", 1).Published("15").AllocTime(1000).Pending().Obj())
 	refresh(t, p)
-	if _, err := client.CoreV1().Pods("ns").Create(ctx, testPod("new").neuron(1).record(2000, 3).obj(), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, neuronPod("new", 1).Record(neuronRecord(3)).AllocTime(2000).Pending().Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.preferred(ctx, topology.ResourceNeuron, poolIDs(p.shape, topology.ResourceNeuron), nil, 1); !slices.Equal(got, []string{"3"}) {
+	if got := p.preferred(ctx, topology.ResourceNeuron, ledger.PoolIDs(p.shape, topology.ResourceNeuron), nil, 1); !slices.Equal(got, []string{"3"}) {
 		t.Errorf("preferred %v, want the new pod's device 3", got)
 	}
 	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"3"})
@@ -299,9 +274,9 @@ func TestMatchReadsAgainBeforeServingPublished(t *testing.T) {
 // TestAskAgainOnlyForRunningPods: ids the kubelet shows for a pod that is being deleted were
 // released for the next pod; the call is for that pod, served from its own record.
 func TestAskAgainOnlyForRunningPods(t *testing.T) {
-	gone := testPod("gone").neuron(1).published("9").obj()
+	gone := neuronPod("gone", 1).Published("9").AllocTime(1000).Obj()
 	gone.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	p, _, ctx := testPlugin(t, gone, testPod("next").neuron(1).record(2000, 5).obj())
+	p, _, ctx := testPlugin(t, gone, neuronPod("next", 1).Record(neuronRecord(5)).AllocTime(2000).Pending().Obj())
 	refresh(t, p, admitted("gone", topology.ResourceNeuron, "2"))
 	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"2"})
 	if err != nil || r.Envs[allocation.EnvVisibleDevices] != "5" {
@@ -313,7 +288,7 @@ func TestAskAgainOnlyForRunningPods(t *testing.T) {
 // (the published plugin served it) but that does not run yet, NEURON_ALLOCATED still false, is
 // not what a call for the same size is for.
 func TestAdmittedPublishedPodIsNotMatched(t *testing.T) {
-	p, _, ctx := testPlugin(t, testPod("legacy").neuron(1).published("15").pending().obj())
+	p, _, ctx := testPlugin(t, neuronPod("legacy", 1).Published("15").AllocTime(1000).Pending().Obj())
 	refresh(t, p, admitted("legacy", topology.ResourceNeuron, "7"))
 	r, err := p.allocate(ctx, topology.ResourceNeuron, []string{"3"})
 	if err != nil || r.Envs[allocation.EnvVisibleDevices] != "3" {

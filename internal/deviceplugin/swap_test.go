@@ -2,8 +2,6 @@ package deviceplugin
 
 import (
 	"context"
-	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +17,7 @@ import (
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -26,8 +25,8 @@ import (
 func swapPlugin(t *testing.T) (*Plugin, context.Context, func(name string) allocation.Container) {
 	t.Helper()
 	p, client, ctx := testPlugin(t,
-		testPod("a").neuron(1).record(1, 0).obj(),
-		testPod("b").neuron(1).record(2, 1).obj(),
+		neuronPod("a", 1).Record(neuronRecord(0)).AllocTime(1).Pending().Obj(),
+		neuronPod("b", 1).Record(neuronRecord(1)).AllocTime(2).Pending().Obj(),
 	)
 	return p, ctx, func(name string) allocation.Container {
 		t.Helper()
@@ -152,51 +151,14 @@ func (c beforePatchPods) Patch(ctx context.Context, name string, pt types.PatchT
 	return c.PodInterface.Patch(ctx, name, pt, data, opts, subresources...)
 }
 
-// servedRecordPod is a pending pod with a record entry for devices, marked served or not.
-func servedRecordPod(name string, allocTime int64, served bool, devices ...int) *corev1.Pod {
-	pod := testPod(name).neuron(len(devices)).record(allocTime, devices...).obj()
-	r, _ := allocation.RecordOf(pod)
-	r.Containers[0].Served = served
-	maps.Copy(pod.Annotations, r.Annotations())
-	return pod
-}
-
-// TestChainedSwapsGiveTheWaitingPodTheHardwareNobodyGot: p13's call was matched to p08's
-// record (device 1; p08's own was swapped there before), then p08's call to p12's (device 2),
-// both before a refresh. p13 runs on 1, p08 on 2: p12 must get p13's old device 3, not p08's
-// old device 1.
-func TestChainedSwapsGiveTheWaitingPodTheHardwareNobodyGot(t *testing.T) {
-	p, _, _ := testPlugin(t,
-		servedRecordPod("p08", 8, true, 1),
-		servedRecordPod("p12", 12, true, 2),
-		servedRecordPod("p13", 13, false, 3),
-	)
-	s := p.shape
-	p.served[topology.ResourceNeuron+"|1"] = servedEntry{hw: hw(t, s, topology.ResourceNeuron, "1"), resource: topology.ResourceNeuron, kubelet: []string{"1"}, podUID: "uid-p08", pod: "ns/p08", container: "app", at: time.Now()}
-	p.served[topology.ResourceNeuron+"|2"] = servedEntry{hw: hw(t, s, topology.ResourceNeuron, "2"), resource: topology.ResourceNeuron, kubelet: []string{"2"}, podUID: "uid-p12", pod: "ns/p12", container: "app", at: time.Now()}
-	fixes := refresh(t, p, admitted("p13", topology.ResourceNeuron, "1"), admitted("p08", topology.ResourceNeuron, "2"))
-	want := map[string]string{"ns/p13": "[1] served", "ns/p08": "[2] served", "ns/p12": "[3] waiting"}
-	got := map[string]string{}
-	for _, f := range fixes {
-		state := "waiting"
-		if f.served {
-			state = "served"
-		}
-		got[f.pod] = fmt.Sprintf("%v %s", f.hw.Devices, state)
-	}
-	if !maps.Equal(got, want) {
-		t.Errorf("record fixes %v, want %v", got, want)
-	}
-}
-
 // TestAnAnswerBelongsToThePodThatGotIt: the kubelet admitted y first, and its call was matched to
 // x's record (the oldest), so the plugin's answer named x. Once PodResources show y holding the
 // ids, the answer is y's: when y has gone, and before the next refresh, a new pod placed on that
 // device is served, not refused as if x (which runs elsewhere) held it.
 func TestAnAnswerBelongsToThePodThatGotIt(t *testing.T) {
 	p, client, ctx := testPlugin(t,
-		testPod("x").neuron(1).record(1, 0).obj(),
-		testPod("y").neuron(1).record(2, 1).obj(),
+		neuronPod("x", 1).Record(neuronRecord(0)).AllocTime(1).Pending().Obj(),
+		neuronPod("y", 1).Record(neuronRecord(1)).AllocTime(2).Pending().Obj(),
 	)
 	var podRes []*podresv1.PodResources
 	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return podRes, nil }
@@ -220,7 +182,7 @@ func TestAnAnswerBelongsToThePodThatGotIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	podRes = podRes[1:]
-	z := testPod("z").neuron(1).record(3, 0).obj()
+	z := neuronPod("z", 1).Record(neuronRecord(0)).AllocTime(3).Pending().Obj()
 	if _, err := client.CoreV1().Pods("ns").Create(ctx, z, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -237,11 +199,11 @@ func TestAnAnswerBelongsToThePodThatGotIt(t *testing.T) {
 // already runs on its devices (admitted, not yet marked served) cannot be what a new call is
 // for: the call is refused, and the message says why, not that the pod conflicts with itself.
 func TestACallMatchedToARunningContainersRecordIsRefused(t *testing.T) {
-	p, _, ctx := testPlugin(t, testPod("a").neuron(1).record(1, 0).obj())
+	p, _, ctx := testPlugin(t, neuronPod("a", 1).Record(neuronRecord(0)).AllocTime(1).Pending().Obj())
 	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) { return nil, nil }
 	p.mu.Lock()
-	p.holdings = []Holding{{Pod: "ns/a", PodUID: "uid-a", Container: "app", Resource: topology.ResourceNeuron,
-		KubeletIDs: []string{"3"}, Hardware: hw(t, p.shape, topology.ResourceNeuron, "0"), Admitted: true}}
+	p.ledger.SetHoldings([]ledger.Holding{{Pod: ledger.PodKey{Namespace: "ns", Name: "a"}, PodUID: "uid-a", Container: "app", Resource: topology.ResourceNeuron,
+		KubeletIDs: []string{"3"}, Hardware: hw(t, p.shape, topology.ResourceNeuron, "0"), Admitted: true}})
 	p.mu.Unlock()
 	_, err := p.allocate(ctx, topology.ResourceNeuron, []string{"5"})
 	if err == nil {
@@ -258,12 +220,12 @@ func TestACallMatchedToARunningContainersRecordIsRefused(t *testing.T) {
 // (device 0) names x, whose record it was matched to; x is gone, but the kubelet's PodResources
 // show y holding id 3: y runs on device 0, and z's record for device 0 must be refused.
 func TestAGoneAnswersIdsHeldByAnotherPodStillConflict(t *testing.T) {
-	p, _, ctx := testPlugin(t, testPod("y").neuron(1).obj(), testPod("z").neuron(1).record(3, 0).obj())
+	p, _, ctx := testPlugin(t, neuronPod("y", 1).Obj(), neuronPod("z", 1).Record(neuronRecord(0)).AllocTime(3).Pending().Obj())
 	p.podResources = func(context.Context) ([]*podresv1.PodResources, error) {
 		return []*podresv1.PodResources{admitted("y", topology.ResourceNeuron, "3")}, nil
 	}
-	p.served[topology.ResourceNeuron+"|3"] = servedEntry{hw: hw(t, p.shape, topology.ResourceNeuron, "0"), resource: topology.ResourceNeuron,
-		kubelet: []string{"3"}, podUID: "uid-x", pod: "ns/x", container: "app", at: time.Now()}
+	p.ledger.Restore(map[ledger.AnswerKey]ledger.Answer{ledger.KeyOf(topology.ResourceNeuron, []string{"3"}): {Hardware: hw(t, p.shape, topology.ResourceNeuron, "0"),
+		Resource: topology.ResourceNeuron, Kubelet: []string{"3"}, PodUID: "uid-x", Pod: ledger.PodKey{Namespace: "ns", Name: "x"}, Container: "app", At: time.Now()}}, time.Now())
 	_, err := p.allocate(ctx, topology.ResourceNeuron, []string{"5"})
 	if err == nil {
 		t.Fatal("z was served device 0, which y runs on")

@@ -13,34 +13,6 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
-// TestAnswerForAPodThatIsGoneHoldsNothing: an Allocate answer the kubelet's PodResources never
-// showed (the pod was admitted and torn down between two refreshes) stopped holding its devices
-// only after 30 seconds, refusing every pod placed on them meanwhile. Once its pod is gone from
-// the informer (after a short grace) it holds nothing; until then it holds, and it names the pod
-// so that a conflict with it can be confirmed with the API server.
-func TestAnswerForAPodThatIsGoneHoldsNothing(t *testing.T) {
-	p, _, _ := testPlugin(t)
-	hw, err := p.shape.DeviceAllocation([]int{0, 1, 2, 3, 4, 5, 6, 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.served[topology.ResourceNeuron+"|0,1,2,3,4,5,6,7"] = servedEntry{hw: hw, resource: topology.ResourceNeuron, kubelet: []string{"0", "1", "2", "3", "4", "5", "6", "7"},
-		podUID: "uid-eight", pod: "ns/eight", container: "app", at: time.Now()}
-	holdings, _ := p.computeHoldings(nil, nil, true, true)
-	if len(holdings) != 1 || holdings[0].Pod != "ns/eight" {
-		t.Fatalf("within the grace the answer holds, naming its pod: %+v", holdings)
-	}
-	e := p.served[topology.ResourceNeuron+"|0,1,2,3,4,5,6,7"]
-	e.at = time.Now().Add(-servedGrace - time.Second)
-	p.served[topology.ResourceNeuron+"|0,1,2,3,4,5,6,7"] = e
-	if holdings, _ := p.computeHoldings(nil, nil, true, true); len(holdings) != 0 {
-		t.Fatalf("the answer's pod is gone: it must hold nothing, got %+v", holdings)
-	}
-	if len(p.served) != 0 {
-		t.Errorf("the answer is still remembered: %+v", p.served)
-	}
-}
-
 // TestDeletedPodReleasedByTheKubeletIsNotWithdrawn: a pod being deleted whose containers the
 // kubelet's PodResources no longer show has had its ids released; its record must not withdraw
 // them until the informer drops the pod, or the pod placed there next is refused at admission
@@ -48,7 +20,7 @@ func TestAnswerForAPodThatIsGoneHoldsNothing(t *testing.T) {
 // record the PodResources do not show (yet) still holds.
 func TestDeletedPodReleasedByTheKubeletIsNotWithdrawn(t *testing.T) {
 	served := func(name string, device int) *corev1.Pod {
-		pod := testPod(name).neuron(1).obj()
+		pod := neuronPod(name, 1).Obj()
 		r := &allocation.Record{Node: node, Containers: []allocation.Container{{Name: "app", Resource: topology.ResourceNeuron,
 			Devices: []int{device}, Cores: []int{2 * device, 2*device + 1}, Served: true}}}
 		maps.Copy(pod.Annotations, r.Annotations())
