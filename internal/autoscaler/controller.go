@@ -41,6 +41,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -166,11 +167,11 @@ type Controller struct {
 	restore map[string]restoreNomination
 
 	// Only the work loop touches these.
-	tracked    map[string]*tracked                                            // launching nodes by name
-	plan       func([]PodDemand, []NodeOption, Options) (ScaleUp, []Decision) // Plan (tests replace it)
-	registered map[string]bool                                                // nodes that have registered: never launching again
-	retired    map[string]bool                                                // names of nodes this controller deleted
-	emptySince map[string]time.Time                                           // empty launched nodes, since when
+	tracked    map[string]*tracked                                                                     // launching nodes by name
+	plan       func([]plan.PodDemand, []plan.NodeOption, plan.Options) (plan.ScaleUp, []plan.Decision) // Plan (tests replace it)
+	registered map[string]bool                                                                         // nodes that have registered: never launching again
+	retired    map[string]bool                                                                         // names of nodes this controller deleted
+	emptySince map[string]time.Time                                                                    // empty launched nodes, since when
 	// cordoned are the nodes this controller cordoned to remove them and has neither removed
 	// nor uncordoned yet (an uncordon that failed is retried at the next round).
 	cordoned map[string]bool
@@ -214,7 +215,7 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	if o.BatchWindow < 0 || o.ScaleDownAfter < 0 || o.RegisterTimeout < 0 || o.MaxNodes < 0 || o.MaxDevices < 0 {
 		return nil, errors.New("the batch window, scale-down delay, register timeout, max nodes and max devices must not be negative")
 	}
-	known := families(o.Catalog.Types())
+	known := plan.Families(o.Catalog.Types())
 	for _, f := range o.Families {
 		if !slices.Contains(known, f) {
 			return nil, fmt.Errorf("family %q is not in the instance catalog (families: %s). Allow only families the catalog has", f, strings.Join(known, ", "))
@@ -234,7 +235,7 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	}
 	return &Controller{
 		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{}, restore: map[string]restoreNomination{},
-		plan: Plan, tracked: map[string]*tracked{}, registered: map[string]bool{}, retired: map[string]bool{}, emptySince: map[string]time.Time{}, cordoned: map[string]bool{},
+		plan: plan.Plan, tracked: map[string]*tracked{}, registered: map[string]bool{}, retired: map[string]bool{}, emptySince: map[string]time.Time{}, cordoned: map[string]bool{},
 		emitted: map[eventKey]emission{}, upSince: map[string]time.Time{}, released: map[string]time.Time{}, placedLast: map[string]string{},
 	}, nil
 }
@@ -405,7 +406,7 @@ func (c *Controller) start(ctx context.Context) (informers.SharedInformerFactory
 	}
 	// A device plugin or DRA driver DaemonSet appearing can unblock pods refused for its absence.
 	kickOnDaemonSet := func(obj any) {
-		if ds, ok := obj.(*appsv1.DaemonSet); ok && (IsDevicePluginDaemonSet(ds) || IsDRADriverDaemonSet(ds)) {
+		if ds, ok := obj.(*appsv1.DaemonSet); ok && (plan.IsDevicePluginDaemonSet(ds) || plan.IsDRADriverDaemonSet(ds)) {
 			select {
 			case c.kick <- struct{}{}:
 			default:
@@ -435,7 +436,7 @@ func (c *Controller) start(ctx context.Context) (informers.SharedInformerFactory
 	}
 	if _, err := factory.Resource().V1().ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if s, ok := obj.(*resourcev1.ResourceSlice); ok && s.Spec.Driver == DeviceClass && s.Spec.NodeName != nil {
+			if s, ok := obj.(*resourcev1.ResourceSlice); ok && s.Spec.Driver == plan.DeviceClass && s.Spec.NodeName != nil {
 				if node, err := c.nodes.Get(*s.Spec.NodeName); err == nil && holdsPods(node) {
 					kick()
 				}
@@ -472,7 +473,7 @@ func (c *Controller) start(ctx context.Context) (informers.SharedInformerFactory
 // podChanged starts a batch for a pending Neuron pod not seen before.
 func (c *Controller) podChanged(obj any) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || !WaitingForScaleUp(pod) || (len(allocation.PodRequests(pod)) == 0 && len(pod.Spec.ResourceClaims) == 0) {
+	if !ok || !plan.WaitingForScaleUp(pod) || (len(allocation.PodRequests(pod)) == 0 && len(pod.Spec.ResourceClaims) == 0) {
 		return
 	}
 	c.mu.Lock()
@@ -540,7 +541,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 		nodes[n.Name] = n
 	}
 	pending := c.pending(ctx)
-	byKey := make(map[string]PodDemand, len(pending))
+	byKey := make(map[string]plan.PodDemand, len(pending))
 	for _, d := range pending {
 		byKey[d.Key()] = d
 	}
@@ -580,14 +581,14 @@ func (c *Controller) reconcile(ctx context.Context) error {
 }
 
 // pending returns the pods waiting for a scale-up that ask for Neuron hardware, by key.
-func (c *Controller) pending(ctx context.Context) []PodDemand {
+func (c *Controller) pending(ctx context.Context) []plan.PodDemand {
 	logger := klog.FromContext(ctx)
 	pods, _ := c.pods.List(klabels.Everything())
-	var out []PodDemand
+	var out []plan.PodDemand
 	waiting := map[types.UID]bool{}
-	var templates *DeviceTemplates
+	var templates *plan.DeviceTemplates
 	for _, pod := range pods {
-		if !WaitingForScaleUp(pod) {
+		if !plan.WaitingForScaleUp(pod) {
 			continue
 		}
 		dra, unresolved := c.draRequests(pod)
@@ -597,12 +598,12 @@ func (c *Controller) pending(ctx context.Context) []PodDemand {
 		if len(dra) > 0 {
 			if templates == nil {
 				rslices, _ := c.rslices.List(klabels.Everything())
-				templates = NewDeviceTemplates(c.o.Catalog, rslices)
+				templates = plan.NewDeviceTemplates(c.o.Catalog, rslices)
 			}
 			dra = templates.Resolve(ctx, dra)
 		}
 		waiting[pod.UID] = true
-		if d := NewPodDemand(pod, dra); d.Neuron() {
+		if d := plan.NewPodDemand(pod, dra); d.Neuron() {
 			out = append(out, d)
 		}
 	}
@@ -620,7 +621,7 @@ func (c *Controller) pending(ctx context.Context) []PodDemand {
 // draRequests resolves the pod's ResourceClaims (the claim generated for a template when the
 // pod's status names it, else the template) into Neuron requests; unresolved names a claim or
 // template that is not in the cache.
-func (c *Controller) draRequests(pod *corev1.Pod) (out []DRARequest, unresolved string) {
+func (c *Controller) draRequests(pod *corev1.Pod) (out []plan.DRARequest, unresolved string) {
 	for _, rc := range pod.Spec.ResourceClaims {
 		claimName := rc.ResourceClaimName
 		for _, st := range pod.Status.ResourceClaimStatuses {
@@ -641,7 +642,7 @@ func (c *Controller) draRequests(pod *corev1.Pod) (out []DRARequest, unresolved 
 		}
 		switch {
 		case spec != nil:
-			out = append(out, DRARequestsOf(*spec)...)
+			out = append(out, plan.DRARequestsOf(*spec)...)
 		case rc.ResourceClaimTemplateName != nil:
 			unresolved = *rc.ResourceClaimTemplateName
 		case claimName != nil:
@@ -708,8 +709,8 @@ func (c *Controller) instances(ctx context.Context, now time.Time) ([]Instance, 
 
 // launching returns the launching nodes with the pending pods planned onto them, after deleting
 // those that did not register in time; planned lists, for every instance, the pods planned onto it.
-func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[string]*corev1.Node, pending map[string]PodDemand, now time.Time) ([]NodeOption, map[string][]string) {
-	var out []NodeOption
+func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[string]*corev1.Node, pending map[string]plan.PodDemand, now time.Time) ([]plan.NodeOption, map[string][]string) {
+	var out []plan.NodeOption
 	planned := map[string][]string{}
 	listed := map[string]bool{}
 	for _, in := range insts {
@@ -750,7 +751,7 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 			delete(planned, in.Name)
 			continue
 		}
-		opt := NodeOption{Name: in.Name, InstanceType: in.Type, Mode: in.Labels[labels.AllocationMode]}
+		opt := plan.NodeOption{Name: in.Name, InstanceType: in.Type, Mode: in.Labels[labels.AllocationMode]}
 		if opt.InstanceType == "" {
 			opt.InstanceType = in.Labels[labels.InstanceType]
 		}
@@ -784,7 +785,7 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 					continue
 				}
 				if dra, _ := c.draRequests(pod); len(dra) > 0 || len(allocation.PodRequests(pod)) > 0 {
-					opt.Bound = append(opt.Bound, NewPodDemand(pod, dra))
+					opt.Bound = append(opt.Bound, plan.NewPodDemand(pod, dra))
 				}
 			}
 		}
@@ -870,7 +871,7 @@ func (c *Controller) serving(node *corev1.Node, want []string, now time.Time) bo
 }
 
 // requestedResources returns the device plugin resources the pod asks for, sorted, once each.
-func requestedResources(d PodDemand) []string {
+func requestedResources(d plan.PodDemand) []string {
 	var out []string
 	for _, r := range d.Requests {
 		out = append(out, r.Resource)
@@ -883,7 +884,7 @@ func requestedResources(d PodDemand) []string {
 func (c *Controller) publishesDevices(node string) bool {
 	list, _ := c.rslices.List(klabels.Everything())
 	for _, s := range list {
-		if s.Spec.Driver == DeviceClass && s.Spec.NodeName != nil && *s.Spec.NodeName == node && len(s.Spec.Devices) > 0 {
+		if s.Spec.Driver == plan.DeviceClass && s.Spec.NodeName != nil && *s.Spec.NodeName == node && len(s.Spec.Devices) > 0 {
 			return true
 		}
 	}
@@ -1134,7 +1135,7 @@ func readySince(node *corev1.Node) time.Time {
 
 // timeout deletes a node that did not register in time and tells its pending pods; it reports
 // whether the node is gone (in dry run, or when the delete fails, it stays launching).
-func (c *Controller) timeout(ctx context.Context, in Instance, node *corev1.Node, pods []string, pending map[string]PodDemand) bool {
+func (c *Controller) timeout(ctx context.Context, in Instance, node *corev1.Node, pods []string, pending map[string]plan.PodDemand) bool {
 	logger := klog.FromContext(ctx).WithValues("node", in.Name, "instanceType", in.Type)
 	if c.o.DryRun {
 		for _, k := range pods {
@@ -1180,7 +1181,7 @@ type placement struct {
 
 // scaleUp checks the pending pods, plans, launches and nominates; it returns, by pod key, the
 // node the plan puts each pod on (launching or new; nothing in dry run).
-func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching []NodeOption, nodes []*corev1.Node, taken map[string]bool, now time.Time) map[string]placement {
+func (c *Controller) scaleUp(ctx context.Context, pending []plan.PodDemand, launching []plan.NodeOption, nodes []*corev1.Node, taken map[string]bool, now time.Time) map[string]placement {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
 	defer func() { c.metrics.duration.Observe(time.Since(start).Seconds()) }()
@@ -1188,21 +1189,21 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 	if len(pending) == 0 {
 		return nil
 	}
-	env := Environment{Catalog: c.o.Catalog}
+	env := plan.Environment{Catalog: c.o.Catalog}
 	daemons, _ := c.daemons.List(klabels.Everything())
 	for _, ds := range daemons {
-		env.DevicePlugin = env.DevicePlugin || IsDevicePluginDaemonSet(ds)
-		env.DRADriver = env.DRADriver || IsDRADriverDaemonSet(ds)
+		env.DevicePlugin = env.DevicePlugin || plan.IsDevicePluginDaemonSet(ds)
+		env.DRADriver = env.DRADriver || plan.IsDRADriverDaemonSet(ds)
 	}
-	var ok []PodDemand
+	var ok []plan.PodDemand
 	for _, d := range pending {
-		problems := Check(d, env)
+		problems := plan.Check(d, env)
 		if len(problems) == 0 {
 			ok = append(ok, d)
 			continue
 		}
-		c.metrics.decisions.WithLabelValues(ReasonNotTriggerScaleUp).Inc()
-		c.event(ctx, d.Pod, corev1.EventTypeWarning, ReasonNotTriggerScaleUp, problemsMessage(problems))
+		c.metrics.decisions.WithLabelValues(plan.ReasonNotTriggerScaleUp).Inc()
+		c.event(ctx, d.Pod, corev1.EventTypeWarning, plan.ReasonNotTriggerScaleUp, problemsMessage(problems))
 	}
 	if len(ok) == 0 {
 		return nil
@@ -1211,14 +1212,14 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 	for _, l := range launching {
 		isLaunching[l.Name] = true
 	}
-	var existing Capacity
+	var existing plan.Capacity
 	for _, n := range nodes {
 		if t, found := c.o.Catalog.Lookup(n.Labels[labels.InstanceType]); found && !isLaunching[n.Name] {
 			existing.Nodes++
 			existing.Devices += t.Devices
 		}
 	}
-	plan, decisions, err := safePlan(c.plan, ok, launching, Options{
+	up, decisions, err := safePlan(c.plan, ok, launching, plan.Options{
 		Catalog: c.o.Catalog, Policy: c.o.Policy, Families: c.o.Families, MaxNodes: c.o.MaxNodes, MaxDevices: c.o.MaxDevices, Existing: existing,
 	})
 	if err != nil {
@@ -1230,10 +1231,10 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 	// k was requested under (NodeName), nodeNames[k] the name it registers under, as the
 	// provider reports it: the pods are nominated to that one. They differ on EC2, where the
 	// node is named after its instance (its private DNS name).
-	names := make([]string, len(plan.Nodes))
-	nodeNames := make([]string, len(plan.Nodes))
-	failed := make([]error, len(plan.Nodes))
-	for k, n := range plan.Nodes {
+	names := make([]string, len(up.Nodes))
+	nodeNames := make([]string, len(up.Nodes))
+	failed := make([]error, len(up.Nodes))
+	for k, n := range up.Nodes {
 		pods := make([]string, len(n.Pods))
 		for i, p := range n.Pods {
 			pods[i] = p.Pod
@@ -1277,7 +1278,7 @@ func (c *Controller) scaleUp(ctx context.Context, pending []PodDemand, launching
 	for i, dec := range decisions {
 		pod := ok[i].Pod
 		if dec.Node >= 0 && failed[dec.Node] != nil {
-			n := plan.Nodes[dec.Node]
+			n := up.Nodes[dec.Node]
 			c.metrics.decisions.WithLabelValues(ReasonFailedScaleUp).Inc()
 			c.event(ctx, pod, corev1.EventTypeWarning, ReasonFailedScaleUp, fmt.Sprintf("launching a %s node (%s) for the pod failed: %v. It is tried again at the next round",
 				n.InstanceType.Name, names[dec.Node], failed[dec.Node]))
@@ -1371,13 +1372,13 @@ const reasonPlanningFailed = "PlanningFailed"
 // safePlan is Plan, with a panic of the planner (an inconsistency it checks for: a bug) turned
 // into an error, so that the controller logs it and goes on serving, rather than crashing in a
 // loop on the same pending pods.
-func safePlan(plan func([]PodDemand, []NodeOption, Options) (ScaleUp, []Decision), pending []PodDemand, launching []NodeOption, opts Options) (up ScaleUp, decisions []Decision, err error) {
+func safePlan(planFn func([]plan.PodDemand, []plan.NodeOption, plan.Options) (plan.ScaleUp, []plan.Decision), pending []plan.PodDemand, launching []plan.NodeOption, opts plan.Options) (up plan.ScaleUp, decisions []plan.Decision, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("the planner failed on %d pending pods: %v", len(pending), r)
 		}
 	}()
-	up, decisions = plan(pending, launching, opts)
+	up, decisions = planFn(pending, launching, opts)
 	return up, decisions, nil
 }
 
@@ -1393,13 +1394,13 @@ func (c *Controller) nodeName(instanceType string, pods []string, taken map[stri
 
 // launch launches one planned node and returns it as the provider describes it (its Name is the
 // node name it registers under).
-func (c *Controller) launch(ctx context.Context, name string, n NodePlan, pods []string, now time.Time) (Instance, error) {
+func (c *Controller) launch(ctx context.Context, name string, n plan.NodePlan, pods []string, now time.Time) (Instance, error) {
 	lbls := n.Labels()
 	lbls[LaunchedByLabel] = LaunchedByValue
 	req := NodeRequest{
 		Name: name, Type: n.InstanceType.Name, Mode: n.Mode, Labels: lbls,
 		Annotations: map[string]string{PlannedPodsAnnotation: strings.Join(pods, ",")},
-		Taints:      []corev1.Taint{NeuronTaint(), LaunchingTaint()},
+		Taints:      []corev1.Taint{plan.NeuronTaint(), LaunchingTaint()},
 	}
 	in, err := c.o.Provider.Launch(ctx, req)
 	if err != nil {
@@ -1426,7 +1427,7 @@ func (c *Controller) launch(ctx context.Context, name string, n NodePlan, pods [
 }
 
 // scaleDown removes the launched nodes that stayed empty for ScaleDownAfter.
-func (c *Controller) scaleDown(ctx context.Context, nodes []*corev1.Node, planned map[string][]string, pending map[string]PodDemand, now time.Time) {
+func (c *Controller) scaleDown(ctx context.Context, nodes []*corev1.Node, planned map[string][]string, pending map[string]plan.PodDemand, now time.Time) {
 	if c.o.ScaleDownAfter <= 0 {
 		return
 	}
@@ -1476,7 +1477,7 @@ func (c *Controller) podsOn(node string) []*corev1.Pod {
 // the node, whether it asks for Neuron hardware or not, and a pod being deleted keeps it until
 // it has stopped: the autoscaler evicts nothing, so a node with such a pod is not empty, and
 // removing it would kill the pod. DaemonSet and mirror pods belong to the node and go with it.
-func (c *Controller) empty(pods []*corev1.Pod, planned []string, pending map[string]PodDemand) string {
+func (c *Controller) empty(pods []*corev1.Pod, planned []string, pending map[string]plan.PodDemand) string {
 	for _, k := range planned {
 		if _, ok := pending[k]; ok {
 			return "pod " + k + ", planned onto it, is still pending"
@@ -1501,7 +1502,7 @@ func (c *Controller) empty(pods []*corev1.Pod, planned []string, pending map[str
 // is still empty. The informer's view of the node may be behind: a pod the scheduler bound to it
 // after the round began (but before the cordon, which stops further binds) is in the fresh list,
 // and then the node is uncordoned and kept rather than removed with the pod on it.
-func (c *Controller) remove(ctx context.Context, node *corev1.Node, planned []string, pending map[string]PodDemand, emptyFor time.Duration) {
+func (c *Controller) remove(ctx context.Context, node *corev1.Node, planned []string, pending map[string]plan.PodDemand, emptyFor time.Duration) {
 	logger := klog.FromContext(ctx).WithValues("node", node.Name, "instanceType", node.Labels[labels.InstanceType])
 	if c.o.DryRun {
 		logger.Info("Dry run: would remove an empty node", "emptyFor", emptyFor)
@@ -1612,7 +1613,7 @@ func (c *Controller) event(ctx context.Context, obj runtime.Object, eventType, r
 
 // problemsMessage is the message of a pod's NotTriggerScaleUp event: its one problem, or every
 // problem, numbered.
-func problemsMessage(problems []Problem) string {
+func problemsMessage(problems []plan.Problem) string {
 	if len(problems) == 1 {
 		return problems[0].Message
 	}

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -194,7 +195,7 @@ var devicePlugin = daemonSet("neuron-device-plugin", nil)
 // launchedNode is a Ready node the autoscaler launched, Ready since readySince.
 func launchedNode(name, instanceType string, readySince time.Time) *corev1.Node {
 	it, _ := topology.DefaultCatalog().Lookup(instanceType)
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: NewNodeLabels(it, labels.AllocationModeDevicePlugin)}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: plan.NewNodeLabels(it, labels.AllocationModeDevicePlugin)}}
 	n.Labels[LaunchedByLabel] = LaunchedByValue
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(readySince)}}
 	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceName(topology.ResourceNeuron): qty(it.Devices)}
@@ -285,7 +286,7 @@ func TestControllerLaunchesOneNode(t *testing.T) {
 		t.Errorf("planned pods %q, want default/a", r.Annotations[PlannedPodsAnnotation])
 	}
 	// The launching taint holds pods off the node until the controller releases it.
-	if !slices.Equal(r.Taints, []corev1.Taint{NeuronTaint(), LaunchingTaint()}) {
+	if !slices.Equal(r.Taints, []corev1.Taint{plan.NeuronTaint(), LaunchingTaint()}) {
 		t.Errorf("taints %v, want the Neuron taint and the launching taint", r.Taints)
 	}
 	// The pod is nominated to its node, so that the scheduler keeps the node's room for it.
@@ -455,13 +456,13 @@ func TestControllerRefusals(t *testing.T) {
 	}
 	// One event per pod: the taint pod's two problems in one message.
 	want := []string{
-		"Warning NotTriggerScaleUp " + MessageDevicePluginRequired,
-		"Warning NotTriggerScaleUp 2 problems: (1) " + msgToleration + "; (2) " + MessageDevicePluginRequired,
+		"Warning NotTriggerScaleUp " + plan.MessageDevicePluginRequired,
+		"Warning NotTriggerScaleUp 2 problems: (1) " + msgToleration + "; (2) " + plan.MessageDevicePluginRequired,
 	}
 	if ev := events(rec); !slices.Equal(ev, want) {
 		t.Errorf("events\n%q\nwant\n%q", ev, want)
 	}
-	if n := metricValue(t, c.metrics.decisions.WithLabelValues(ReasonNotTriggerScaleUp)); n != 2 {
+	if n := metricValue(t, c.metrics.decisions.WithLabelValues(plan.ReasonNotTriggerScaleUp)); n != 2 {
 		t.Errorf("decisions{NotTriggerScaleUp} %v, want 2 (one per pod)", n)
 	}
 	// The same messages are not repeated within five minutes, then they are.
@@ -594,7 +595,7 @@ func draTemplate(name string, count int64) *resourcev1.ResourceClaimTemplate {
 	return &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
-			Name: "neurons", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: count},
+			Name: "neurons", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: plan.DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: count},
 		}}}}},
 	}
 }
@@ -605,7 +606,7 @@ func draPod(p *corev1.Pod, template string) *corev1.Pod {
 }
 
 func TestControllerDRAPod(t *testing.T) {
-	e := newEnv(t, daemonSet("dra", map[string]string{"app": DRADriverName}), draTemplate("four", 4), draPod(pendingPod(testPod("a")), "four"))
+	e := newEnv(t, daemonSet("dra", map[string]string{"app": plan.DRADriverName}), draTemplate("four", 4), draPod(pendingPod(testPod("a")), "four"))
 	c, _ := e.controller()
 	round(t, c)
 	got := e.provider.launched()
@@ -701,7 +702,7 @@ func TestControllerRun(t *testing.T) {
 	}
 	waitFor(t, func() bool {
 		list, _ := e.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
-		return list != nil && slices.ContainsFunc(list.Items, func(ev corev1.Event) bool { return ev.Reason == ReasonTriggeredScaleUp })
+		return list != nil && slices.ContainsFunc(list.Items, func(ev corev1.Event) bool { return ev.Reason == plan.ReasonTriggeredScaleUp })
 	})
 	if _, err := e.client.CoordinationV1().Leases("kube-system").Get(ctx, LeaseName, metav1.GetOptions{}); err != nil {
 		t.Errorf("the Lease: %v", err)
@@ -760,7 +761,7 @@ func metricValue(t *testing.T, c prometheus.Collector) float64 {
 func TestPlannerPanicSkipsTheRound(t *testing.T) {
 	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
 	c, _ := e.controller()
-	c.plan = func([]PodDemand, []NodeOption, Options) (ScaleUp, []Decision) {
+	c.plan = func([]plan.PodDemand, []plan.NodeOption, plan.Options) (plan.ScaleUp, []plan.Decision) {
 		panic("autoscaler planner: pod default/a was put on a inf1.xlarge node where it does not fit")
 	}
 	round(t, c)
@@ -770,7 +771,7 @@ func TestPlannerPanicSkipsTheRound(t *testing.T) {
 	if v := metricValue(t, c.metrics.decisions.WithLabelValues(reasonPlanningFailed)); v != 1 {
 		t.Errorf("PlanningFailed decisions %v, want 1", v)
 	}
-	c.plan = Plan
+	c.plan = plan.Plan
 	round(t, c)
 	if got := e.provider.launched(); len(got) != 1 {
 		t.Fatalf("launches %+v, want one once planning works", got)
@@ -791,7 +792,7 @@ func TestRestartCountsAPodOnItsLatestPlannedNode(t *testing.T) {
 	e := newEnv(t, devicePlugin, x, pendingPod(inf1Pod("y")))
 	it, _ := topology.DefaultCatalog().Lookup("inf1.xlarge")
 	for _, name := range []string{"node-a", "node-b"} {
-		lbls := NewNodeLabels(it, labels.AllocationModeDevicePlugin)
+		lbls := plan.NewNodeLabels(it, labels.AllocationModeDevicePlugin)
 		lbls[LaunchedByLabel] = LaunchedByValue
 		if _, err := e.provider.Launch(context.Background(), NodeRequest{Name: name, Type: it.Name, Mode: labels.AllocationModeDevicePlugin,
 			Labels: lbls, Annotations: map[string]string{PlannedPodsAnnotation: "default/x"}}); err != nil {

@@ -19,6 +19,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -27,7 +28,7 @@ import (
 // taint, Ready since readySince, advertising Neuron capacity when serving.
 func heldNode(name, instanceType string, readySince time.Time, serving bool) *corev1.Node {
 	n := launchedNode(name, instanceType, readySince)
-	n.Spec.Taints = []corev1.Taint{NeuronTaint(), LaunchingTaint()}
+	n.Spec.Taints = []corev1.Taint{plan.NeuronTaint(), LaunchingTaint()}
 	if !serving {
 		n.Status.Allocatable = nil
 	}
@@ -351,7 +352,7 @@ func TestControllerHoldsADRANodeUntilItsDevicesArePublished(t *testing.T) {
 	slice := &resourcev1.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: node.Name + "-neuron"},
 		Spec: resourcev1.ResourceSliceSpec{
-			Driver: DeviceClass, NodeName: ptr.To(node.Name), Pool: resourcev1.ResourcePool{Name: node.Name, ResourceSliceCount: 1},
+			Driver: plan.DeviceClass, NodeName: ptr.To(node.Name), Pool: resourcev1.ResourcePool{Name: node.Name, ResourceSliceCount: 1},
 			Devices: []resourcev1.Device{{Name: "neuron0"}},
 		},
 	}
@@ -452,7 +453,7 @@ func TestControllerCountsAPodBoundMidRoundOnce(t *testing.T) {
 	round(t, c)
 	node := NodeName("trn1.32xlarge", []string{"default/a"})
 	e.putNode(c, heldNode(node, "trn1.32xlarge", t0, true))
-	listed := map[string]PodDemand{"default/a": NewPodDemand(pending, nil)} // as the round listed it
+	listed := map[string]plan.PodDemand{"default/a": plan.NewPodDemand(pending, nil)} // as the round listed it
 	bound := boundPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1"), node)
 	if _, err := e.client.CoreV1().Pods("default").Update(context.Background(), bound, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -490,7 +491,7 @@ func TestControllerReleasesThroughTheReleaseClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != NeuronTaint() {
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != plan.NeuronTaint() {
 		t.Errorf("taints %v through ReleaseClient, want the Neuron taint only", n.Spec.Taints)
 	}
 }

@@ -1,4 +1,4 @@
-package autoscaler
+package plan
 
 import (
 	"fmt"
@@ -379,7 +379,7 @@ func selectorProblems(d PodDemand, cat *topology.Catalog) []Problem {
 	}
 	return []Problem{problem("the pod's %s allow%s no Neuron instance type: a new node is labelled %s=<type>, %s=<family>, %s=%s, %s=%s and %s=%s (families: %s). "+
 		"Change the pod's %s", constraintNames(d), pluralS(len(constraintList(d)) == 1), labels.InstanceType, labels.InstanceFamily,
-		archLabel, archValue, osLabel, osValue, labels.AllocationMode, d.Mode(), strings.Join(families(cat.Types()), ", "), constraintNames(d))}
+		archLabel, archValue, osLabel, osValue, labels.AllocationMode, d.Mode(), strings.Join(Families(cat.Types()), ", "), constraintNames(d))}
 }
 
 // servingProblem reports a request that no instance type the pod allows can serve, with the
@@ -592,7 +592,8 @@ func maxDevices(ts []topology.InstanceType) int {
 	return n
 }
 
-func families(ts []topology.InstanceType) []string {
+// Families lists the families of ts, each once, in the order of ts.
+func Families(ts []topology.InstanceType) []string {
 	var out []string
 	for _, t := range ts {
 		if !slices.Contains(out, t.Family) {
