@@ -1,0 +1,190 @@
+package autoscaler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// launching returns the launching nodes with the pending pods planned onto them, after deleting
+// those that did not register in time; planned lists, for every instance, the pods planned onto it.
+func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[string]*corev1.Node, pending map[string]plan.PodDemand, now time.Time) ([]plan.NodeOption, map[string][]string) {
+	var out []plan.NodeOption
+	planned := map[string][]string{}
+	listed := map[string]bool{}
+	for _, in := range insts {
+		listed[in.Name] = true
+	}
+	for name := range c.registered {
+		if !listed[name] {
+			delete(c.registered, name)
+		}
+	}
+	for _, in := range insts {
+		t := c.tracked[in.Name]
+		pods := plannedPods(in)
+		if t != nil {
+			for _, k := range t.added {
+				if !slices.Contains(pods, k) {
+					pods = append(pods, k)
+				}
+			}
+		}
+		planned[in.Name] = pods
+		node := nodes[in.Name]
+		// A node that holds Neuron pods but has not settled yet stays a launching option: the
+		// scheduler may have put pods planned elsewhere on it, and its free room is offered to
+		// the pending pods before any new node.
+		if c.registered[in.Name] || (!in.Launching && c.settled(node, now)) {
+			// Registered: it stays so when it turns NotReady later (never deleted for it).
+			c.registered[in.Name] = true
+			delete(c.tracked, in.Name)
+			continue
+		}
+		if t == nil {
+			t = &tracked{since: now}
+			c.tracked[in.Name] = t
+		}
+		t.listed = plannedPods(in)
+		if (node == nil || !nodeReady(node)) && now.Sub(t.since) >= c.o.RegisterTimeout && c.timeout(ctx, in, node, pods, pending) {
+			delete(planned, in.Name)
+			continue
+		}
+		opt := plan.NodeOption{Name: in.Name, InstanceType: in.Type, Mode: in.Labels[labels.AllocationMode]}
+		if opt.InstanceType == "" {
+			opt.InstanceType = in.Labels[labels.InstanceType]
+		}
+		for _, k := range pods {
+			d, ok := pending[k]
+			if !ok {
+				continue
+			}
+			at, moved := c.placedLast[k]
+			if !moved && listed[d.Pod.Annotations[PlannedNodeAnnotation]] {
+				// A restarted controller has no placedLast: the pod's annotation names the
+				// node the last plan put it on, where an earlier node's list may still name it.
+				at, moved = d.Pod.Annotations[PlannedNodeAnnotation], true
+			}
+			if moved && at != in.Name {
+				// Moved to another node by a later plan: offered on two nodes, the planner
+				// would count it on both, and on neither where it no longer fits.
+				continue
+			}
+			opt.Pods = append(opt.Pods, d)
+		}
+		if node != nil {
+			for _, pod := range c.podsOn(node.Name) {
+				if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+					continue
+				}
+				if _, still := pending[pod.Namespace+"/"+pod.Name]; still {
+					// Bound since the round listed it pending (the cache moved on): it counts once,
+					// as the planned pod it was, or the planner finds no room for it beside itself
+					// and launches a node for it.
+					continue
+				}
+				if dra, _ := c.draRequests(pod); len(dra) > 0 || len(allocation.PodRequests(pod)) > 0 {
+					opt.Bound = append(opt.Bound, plan.NewPodDemand(pod, dra))
+				}
+			}
+		}
+		out = append(out, opt)
+	}
+	return out, planned
+}
+
+// settled reports whether a node takes pods: Ready for a little while, released (no
+// LaunchingTaint) for as long, and, on a device plugin node, advertising Neuron capacity (or
+// Ready for the register timeout whatever it advertises).
+func (c *Controller) settled(node *corev1.Node, now time.Time) bool {
+	if node == nil || !nodeReady(node) || hasLaunchingTaint(node) {
+		return false
+	}
+	if at, ok := c.released[node.Name]; ok && now.Sub(at) < settleAfterReady {
+		return false
+	}
+	since := readySince(node)
+	if now.Sub(since) < settleAfterReady {
+		return false
+	}
+	if node.Labels[labels.AllocationMode] == labels.AllocationModeDRA || now.Sub(since) >= c.o.RegisterTimeout {
+		return true
+	}
+	return hasNeuronCapacity(node)
+}
+
+func hasNeuronCapacity(node *corev1.Node) bool {
+	for _, r := range topology.Resources {
+		if q, ok := node.Status.Allocatable[corev1.ResourceName(r)]; ok && !q.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func readySince(node *corev1.Node) time.Time {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// timeout deletes a node that did not register in time and tells its pending pods; it reports
+// whether the node is gone (in dry run, or when the delete fails, it stays launching).
+func (c *Controller) timeout(ctx context.Context, in Instance, node *corev1.Node, pods []string, pending map[string]plan.PodDemand) bool {
+	logger := klog.FromContext(ctx).WithValues("node", in.Name, "instanceType", in.Type)
+	if c.o.DryRun {
+		for _, k := range pods {
+			if d, ok := pending[k]; ok {
+				c.event(ctx, d.Pod, corev1.EventTypeWarning, ReasonFailedScaleUp, fmt.Sprintf("dry run: node %s (%s) did not become Ready within %s: would delete it and plan the pod again", in.Name, in.Type, c.o.RegisterTimeout))
+			}
+		}
+		return false
+	}
+	logger.Info("Node did not become Ready in time; deleting it and planning its pods again", "timeout", c.o.RegisterTimeout)
+	if err := c.o.Provider.Delete(ctx, in.Name); err != nil {
+		logger.Error(err, "Deleting a node that did not register failed; retrying at the next round")
+		return false
+	}
+	if node != nil {
+		if err := c.o.Client.CoreV1().Nodes().Delete(ctx, in.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			logger.Error(err, "Deleting the Node object failed")
+		}
+	}
+	c.retired[in.Name] = true
+	if r := in.Annotations[RequestNameAnnotation]; r != "" {
+		c.retired[r] = true
+	}
+	delete(c.tracked, in.Name)
+	c.metrics.removed.Inc()
+	for _, k := range pods {
+		if d, ok := pending[k]; ok {
+			c.metrics.decisions.WithLabelValues(ReasonFailedScaleUp).Inc()
+			c.event(ctx, d.Pod, corev1.EventTypeWarning, ReasonFailedScaleUp, fmt.Sprintf("node %s (%s) launched for the pod did not become Ready within %s: "+
+				"it was deleted and the pod is planned again. Check the provider (instance console output, kubelet logs)", in.Name, in.Type, c.o.RegisterTimeout))
+		}
+	}
+	return true
+}

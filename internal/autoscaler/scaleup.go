@@ -1,0 +1,184 @@
+package autoscaler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	klabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+)
+
+// placement is where a round's plan puts a pending pod: the node it is nominated to (the name
+// the node registers under), and whether the pod carries that nomination now.
+type placement struct {
+	node      string
+	nominated bool
+	resources []string // the device plugin resources the pod asks for
+}
+
+// scaleUp checks the pending pods, plans, launches and nominates; it returns, by pod key, the
+// node the plan puts each pod on (launching or new; nothing in dry run).
+func (c *Controller) scaleUp(ctx context.Context, pending []plan.PodDemand, launching []plan.NodeOption, nodes []*corev1.Node, taken map[string]bool, now time.Time) map[string]placement {
+	logger := klog.FromContext(ctx)
+	start := time.Now()
+	defer func() { c.metrics.duration.Observe(time.Since(start).Seconds()) }()
+	c.metrics.pending.Set(float64(len(pending)))
+	if len(pending) == 0 {
+		return nil
+	}
+	env := plan.Environment{Catalog: c.o.Catalog}
+	daemons, _ := c.daemons.List(klabels.Everything())
+	for _, ds := range daemons {
+		env.DevicePlugin = env.DevicePlugin || plan.IsDevicePluginDaemonSet(ds)
+		env.DRADriver = env.DRADriver || plan.IsDRADriverDaemonSet(ds)
+	}
+	var ok []plan.PodDemand
+	for _, d := range pending {
+		problems := plan.Check(d, env)
+		if len(problems) == 0 {
+			ok = append(ok, d)
+			continue
+		}
+		c.metrics.decisions.WithLabelValues(plan.ReasonNotTriggerScaleUp).Inc()
+		c.event(ctx, d.Pod, corev1.EventTypeWarning, plan.ReasonNotTriggerScaleUp, problemsMessage(problems))
+	}
+	if len(ok) == 0 {
+		return nil
+	}
+	isLaunching := map[string]bool{}
+	for _, l := range launching {
+		isLaunching[l.Name] = true
+	}
+	var existing plan.Capacity
+	for _, n := range nodes {
+		if t, found := c.o.Catalog.Lookup(n.Labels[labels.InstanceType]); found && !isLaunching[n.Name] {
+			existing.Nodes++
+			existing.Devices += t.Devices
+		}
+	}
+	up, decisions, err := safePlan(c.plan, ok, launching, plan.Options{
+		Catalog: c.o.Catalog, Policy: c.o.Policy, Families: c.o.Families, MaxNodes: c.o.MaxNodes, MaxDevices: c.o.MaxDevices, Existing: existing,
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Planning failed: nothing is launched this round; the next round plans again", "pendingPods", len(ok))
+		c.metrics.decisions.WithLabelValues(reasonPlanningFailed).Inc()
+		return nil
+	}
+	// Launch the new nodes; failed[k] says why node k was not launched. names[k] is the name node
+	// k was requested under (NodeName), nodeNames[k] the name it registers under, as the
+	// provider reports it: the pods are nominated to that one. They differ on EC2, where the
+	// node is named after its instance (its private DNS name).
+	names := make([]string, len(up.Nodes))
+	nodeNames := make([]string, len(up.Nodes))
+	failed := make([]error, len(up.Nodes))
+	for k, n := range up.Nodes {
+		pods := make([]string, len(n.Pods))
+		for i, p := range n.Pods {
+			pods[i] = p.Pod
+		}
+		sort.Strings(pods)
+		if n.Launching {
+			names[k], nodeNames[k] = n.Name, n.Name
+			if t := c.tracked[n.Name]; t != nil && !c.o.DryRun {
+				for _, p := range pods {
+					if !slices.Contains(t.added, p) {
+						t.added = append(t.added, p)
+					}
+				}
+			}
+			continue
+		}
+		names[k] = c.nodeName(n.InstanceType.Name, pods, taken)
+		nodeNames[k] = names[k]
+		taken[names[k]] = true
+		if c.o.DryRun {
+			logger.Info("Dry run: would launch a node", "node", names[k], "instanceType", n.InstanceType.Name, "mode", n.Mode, "pods", pods)
+			continue
+		}
+		var in Instance
+		if in, failed[k] = c.launch(ctx, names[k], n, pods, now); failed[k] == nil {
+			nodeNames[k] = in.Name
+		}
+	}
+	// A pod an earlier round planned onto a launching node stays there (Decision.Node is -1): it
+	// is nominated to that node again, whose name may have changed since (EC2 reports the private
+	// DNS name once it has it), or was never nominated (a restarted controller).
+	priorNode := map[string]string{}
+	for _, l := range launching {
+		for _, d := range l.Pods {
+			if _, seen := priorNode[d.Key()]; !seen {
+				priorNode[d.Key()] = l.Name
+			}
+		}
+	}
+	placed := map[string]placement{}
+	for i, dec := range decisions {
+		pod := ok[i].Pod
+		if dec.Node >= 0 && failed[dec.Node] != nil {
+			n := up.Nodes[dec.Node]
+			c.metrics.decisions.WithLabelValues(ReasonFailedScaleUp).Inc()
+			c.event(ctx, pod, corev1.EventTypeWarning, ReasonFailedScaleUp, fmt.Sprintf("launching a %s node (%s) for the pod failed: %v. It is tried again at the next round",
+				n.InstanceType.Name, names[dec.Node], failed[dec.Node]))
+			continue
+		}
+		c.metrics.decisions.WithLabelValues(dec.Reason).Inc()
+		switch {
+		case dec.Warning() || c.o.DryRun:
+		case dec.Node >= 0:
+			placed[dec.Pod] = placement{node: nodeNames[dec.Node], nominated: c.nominate(ctx, pod, nodeNames[dec.Node]), resources: requestedResources(ok[i])}
+		case dec.Launching && priorNode[dec.Pod] != "":
+			placed[dec.Pod] = placement{node: priorNode[dec.Pod], nominated: c.nominate(ctx, pod, priorNode[dec.Pod]), resources: requestedResources(ok[i])}
+		}
+		eventType, msg := corev1.EventTypeNormal, dec.Message
+		switch {
+		case dec.Warning():
+			eventType = corev1.EventTypeWarning
+		case dec.Node >= 0 && !dec.Launching && c.o.DryRun:
+			msg = fmt.Sprintf("dry run: would launch node %s for the pod: %s", names[dec.Node], dec.Message)
+		case dec.Node >= 0 && !dec.Launching && nodeNames[dec.Node] != names[dec.Node]:
+			// The name the node will have, and the one its instance carries (EC2's Name tag).
+			msg = fmt.Sprintf("%s: node %s (launched as %s)", dec.Message, nodeNames[dec.Node], names[dec.Node])
+		case dec.Node >= 0 && !dec.Launching:
+			msg = fmt.Sprintf("%s: node %s", dec.Message, names[dec.Node])
+		}
+		c.event(ctx, pod, eventType, dec.Reason, msg)
+	}
+	return placed
+}
+
+// reasonPlanningFailed is the decisions metric's reason for a round whose planning failed.
+const reasonPlanningFailed = "PlanningFailed"
+
+// safePlan is Plan, with a panic of the planner (an inconsistency it checks for: a bug) turned
+// into an error, so that the controller logs it and goes on serving, rather than crashing in a
+// loop on the same pending pods.
+func safePlan(planFn func([]plan.PodDemand, []plan.NodeOption, plan.Options) (plan.ScaleUp, []plan.Decision), pending []plan.PodDemand, launching []plan.NodeOption, opts plan.Options) (up plan.ScaleUp, decisions []plan.Decision, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the planner failed on %d pending pods: %v", len(pending), r)
+		}
+	}()
+	up, decisions = planFn(pending, launching, opts)
+	return up, decisions, nil
+}
+
+// problemsMessage is the message of a pod's NotTriggerScaleUp event: its one problem, or every
+// problem, numbered.
+func problemsMessage(problems []plan.Problem) string {
+	if len(problems) == 1 {
+		return problems[0].Message
+	}
+	parts := make([]string, len(problems))
+	for i, p := range problems {
+		parts[i] = fmt.Sprintf("(%d) %s", i+1, p.Message)
+	}
+	return fmt.Sprintf("%d problems: %s", len(problems), strings.Join(parts, "; "))
+}
