@@ -131,22 +131,12 @@ type Controller struct {
 	// nominationCleared); under mu.
 	restore map[string]restoreNomination
 
+	// fleet is every node this controller launched or found launched: one record each, with
+	// its phase (fleet.go).
+	fleet *fleet
 	// Only the work loop touches these.
-	tracked    map[string]*tracked                                                                     // launching nodes by name
-	plan       func([]plan.PodDemand, []plan.NodeOption, plan.Options) (plan.ScaleUp, []plan.Decision) // Plan (tests replace it)
-	registered map[string]bool                                                                         // nodes that have registered: never launching again
-	retired    map[string]bool                                                                         // names of nodes this controller deleted
-	emptySince map[string]time.Time                                                                    // empty launched nodes, since when
-	// cordoned are the nodes this controller cordoned to remove them and has neither removed
-	// nor uncordoned yet (an uncordon that failed is retried at the next round).
-	cordoned map[string]bool
-	emitted  map[eventKey]emission // the last event of each reason on each object
-	// upSince: launched nodes that still carry LaunchingTaint and serve Neuron hardware, since
-	// when this controller has seen them so (a restarted controller waits releaseWait again).
-	upSince map[string]time.Time
-	// released: when this controller removed a node's LaunchingTaint; the node settles
-	// settleAfterReady after that.
-	released map[string]time.Time
+	plan    planFunc              // plan.Plan (tests replace it)
+	emitted map[eventKey]emission // the last event of each reason on each object
 	// placedLast is the node the last round's plan put each pending pod on, by pod key. A pod
 	// the plan moved off a launching node (the scheduler took its room) is still listed in that
 	// node's planned pods: it is offered to the plan on the node it was moved to only.
@@ -186,8 +176,7 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	}
 	return &Controller{
 		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{}, restore: map[string]restoreNomination{},
-		plan: plan.Plan, tracked: map[string]*tracked{}, registered: map[string]bool{}, retired: map[string]bool{}, emptySince: map[string]time.Time{}, cordoned: map[string]bool{},
-		emitted: map[eventKey]emission{}, upSince: map[string]time.Time{}, released: map[string]time.Time{}, placedLast: map[string]string{},
+		fleet: newFleet(), plan: plan.Plan, emitted: map[eventKey]emission{}, placedLast: map[string]string{},
 	}, nil
 }
 
@@ -241,17 +230,10 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	}
 	if !c.o.DryRun {
 		for _, l := range launching {
-			if t := c.tracked[l.Name]; t != nil {
-				c.recordPlanned(ctx, l.Name, t)
-			}
+			c.recordPlanned(ctx, l.Name)
 		}
 	}
 	c.release(ctx, nodeList, assigned, now)
 	c.scaleDown(ctx, nodeList, planned, byKey, now)
 	return nil
-}
-
-// forgetMissing drops the entries of nodes that are no longer there.
-func forgetMissing[V any](m map[string]V, present map[string]bool) {
-	maps.DeleteFunc(m, func(name string, _ V) bool { return !present[name] })
 }

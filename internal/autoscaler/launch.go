@@ -14,20 +14,6 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 )
 
-// tracked is a launching node as this controller knows it.
-type tracked struct {
-	since time.Time // launched, or first seen launching
-	// launched is what this controller launched: it counts even while the provider does not
-	// list it yet (EC2's eventual consistency).
-	launched *Instance
-	// added are the pods later rounds planned onto it. They count on it even when recording
-	// them through the provider failed, until this controller stops.
-	added []string
-	// listed are the planned pods the provider listed for it this round (its annotation);
-	// written is the list this controller last recorded with SetPlannedPods.
-	listed, written []string
-}
-
 // instances lists the provider's nodes, adds those this controller launched that the provider
 // does not list yet, and leaves out those it deleted.
 func (c *Controller) instances(ctx context.Context, now time.Time) ([]Instance, error) {
@@ -39,7 +25,7 @@ func (c *Controller) instances(ctx context.Context, now time.Time) ([]Instance, 
 	names := map[string]bool{}
 	byProviderID := map[string]string{}
 	for _, in := range listed {
-		if c.retired[in.Name] {
+		if c.fleet.get(in.Name).phase == phaseDeleted {
 			continue
 		}
 		names[in.Name] = true
@@ -48,22 +34,13 @@ func (c *Controller) instances(ctx context.Context, now time.Time) ([]Instance, 
 		}
 		out = append(out, in)
 	}
-	for name, t := range c.tracked {
+	for _, name := range c.fleet.in(phaseLaunching) {
+		r := c.fleet.get(name)
 		// The provider may name a node otherwise once it knows more (EC2: the private DNS name,
 		// which RunInstances may not return yet): the same instance under its new name is the
 		// same launching node, with the pods this controller planned onto it, not another one.
-		if t.launched != nil && !names[name] && t.launched.ProviderID != "" && byProviderID[t.launched.ProviderID] != "" {
-			renamed := byProviderID[t.launched.ProviderID]
-			if other := c.tracked[renamed]; other != nil {
-				for _, p := range other.added {
-					if !slices.Contains(t.added, p) {
-						t.added = append(t.added, p)
-					}
-				}
-			}
-			delete(c.tracked, name)
-			t.launched.Name = renamed
-			c.tracked[renamed] = t
+		if renamed := renamedTo(name, r, names, byProviderID); renamed != "" {
+			c.fleet.rename(name, renamed)
 			for k, at := range c.placedLast {
 				if at == name {
 					c.placedLast[k] = renamed
@@ -73,14 +50,23 @@ func (c *Controller) instances(ctx context.Context, now time.Time) ([]Instance, 
 		}
 		switch {
 		case names[name]:
-		case t.launched != nil && now.Sub(t.since) < c.o.RegisterTimeout:
-			out = append(out, *t.launched)
+		case r.launched != nil && now.Sub(r.since) < c.o.RegisterTimeout:
+			out = append(out, *r.launched)
 		default:
-			delete(c.tracked, name)
+			c.fleet.update(name, func(r *nodeRecord) { r.to(phaseNone) })
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// renamedTo is the name the provider lists a node this controller launched under now, when it
+// no longer lists it under its record's name; "" otherwise.
+func renamedTo(name string, r nodeRecord, names map[string]bool, byProviderID map[string]string) string {
+	if r.launched == nil || names[name] || r.launched.ProviderID == "" {
+		return ""
+	}
+	return byProviderID[r.launched.ProviderID]
 }
 
 func plannedPods(in Instance) []string {
@@ -96,9 +82,13 @@ func plannedPods(in Instance) []string {
 // recordPlanned records, through the provider, the pods later rounds added to a launching node
 // together with those the provider lists for it, so that a restarted controller counts them on
 // the node too. Nothing is written while the provider lists them all (or this controller wrote
-// the same list already). A failure is logged, and the next round tries again; meanwhile t.added
-// keeps the pods on the node.
-func (c *Controller) recordPlanned(ctx context.Context, name string, t *tracked) {
+// the same list already). A failure is logged, and the next round tries again; meanwhile the
+// node's record keeps the pods on it.
+func (c *Controller) recordPlanned(ctx context.Context, name string) {
+	t := c.fleet.get(name)
+	if t.phase != phaseLaunching {
+		return
+	}
 	want := slices.Clone(t.listed)
 	missing := false
 	for _, p := range t.added {
@@ -116,7 +106,11 @@ func (c *Controller) recordPlanned(ctx context.Context, name string, t *tracked)
 			"node", name, "pods", want)
 		return
 	}
-	t.written = want
+	c.fleet.update(name, func(r *nodeRecord) {
+		if r.phase == phaseLaunching {
+			r.written = want
+		}
+	})
 	klog.FromContext(ctx).V(2).Info("Recorded the pods planned onto a launching node", "node", name, "pods", want)
 }
 
@@ -124,7 +118,7 @@ func (c *Controller) recordPlanned(ctx context.Context, name string, t *tracked)
 // name exists, is launching, or was deleted by this controller (EC2 may still list it).
 func (c *Controller) nodeName(instanceType string, pods []string, taken map[string]bool) string {
 	name := NodeName(instanceType, pods)
-	for i := 1; taken[name] || c.retired[name]; i++ {
+	for i := 1; taken[name] || c.fleet.get(name).phase == phaseDeleted; i++ {
 		name = NodeName(instanceType, append(slices.Clone(pods), fmt.Sprintf("attempt-%d", i)))
 	}
 	return name
@@ -158,7 +152,7 @@ func (c *Controller) launch(ctx context.Context, name string, n plan.NodePlan, p
 		in.Annotations = req.Annotations
 	}
 	in.Launching = true
-	c.tracked[in.Name] = &tracked{since: now, launched: &in}
+	c.fleet.update(in.Name, func(r *nodeRecord) { r.startLaunching(now, &in) })
 	c.metrics.launched.WithLabelValues(req.Type).Inc()
 	klog.FromContext(ctx).Info("Launched a node", "node", in.Name, "requestedAs", name, "instanceType", req.Type, "mode", req.Mode, "providerID", in.ProviderID, "pods", pods)
 	return in, nil

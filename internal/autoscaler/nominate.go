@@ -78,3 +78,14 @@ func (c *Controller) nominate(ctx context.Context, pod *corev1.Pod, node string)
 	}
 	return true
 }
+
+// expireRestores drops the released nodes' pods whose nomination is no longer written again.
+func (c *Controller) expireRestores(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, r := range c.restore {
+		if !now.Before(r.until) {
+			delete(c.restore, k)
+		}
+	}
+}

@@ -19,6 +19,9 @@ import (
 
 // launching returns the launching nodes with the pending pods planned onto them, after deleting
 // those that did not register in time; planned lists, for every instance, the pods planned onto it.
+//
+// Every node the provider lists is Launching or Registered after it: Registered once it has
+// settled (and from then on, even NotReady: never deleted for it), else Launching.
 func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[string]*corev1.Node, pending map[string]plan.PodDemand, now time.Time) ([]plan.NodeOption, map[string][]string) {
 	var out []plan.NodeOption
 	planned := map[string][]string{}
@@ -26,16 +29,16 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 	for _, in := range insts {
 		listed[in.Name] = true
 	}
-	for name := range c.registered {
-		if !listed[name] {
-			delete(c.registered, name)
+	c.fleet.each(func(name string, r *nodeRecord) {
+		if r.phase == phaseRegistered && !listed[name] {
+			r.to(phaseNone)
 		}
-	}
+	})
 	for _, in := range insts {
-		t := c.tracked[in.Name]
+		r := c.fleet.get(in.Name)
 		pods := plannedPods(in)
-		if t != nil {
-			for _, k := range t.added {
+		if r.phase == phaseLaunching {
+			for _, k := range r.added {
 				if !slices.Contains(pods, k) {
 					pods = append(pods, k)
 				}
@@ -46,18 +49,19 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 		// A node that holds Neuron pods but has not settled yet stays a launching option: the
 		// scheduler may have put pods planned elsewhere on it, and its free room is offered to
 		// the pending pods before any new node.
-		if c.registered[in.Name] || (!in.Launching && c.settled(node, now)) {
-			// Registered: it stays so when it turns NotReady later (never deleted for it).
-			c.registered[in.Name] = true
-			delete(c.tracked, in.Name)
+		if r.phase == phaseRegistered || (!in.Launching && c.settled(node, now)) {
+			c.fleet.update(in.Name, func(r *nodeRecord) { r.to(phaseRegistered) })
 			continue
 		}
-		if t == nil {
-			t = &tracked{since: now}
-			c.tracked[in.Name] = t
-		}
-		t.listed = plannedPods(in)
-		if (node == nil || !nodeReady(node)) && now.Sub(t.since) >= c.o.RegisterTimeout && c.timeout(ctx, in, node, pods, pending) {
+		var since time.Time
+		c.fleet.update(in.Name, func(r *nodeRecord) {
+			if r.phase != phaseLaunching {
+				r.startLaunching(now, nil)
+			}
+			r.listed = plannedPods(in)
+			since = r.since
+		})
+		if (node == nil || !nodeReady(node)) && now.Sub(since) >= c.o.RegisterTimeout && c.timeout(ctx, in, node, pods, pending) {
 			delete(planned, in.Name)
 			continue
 		}
@@ -65,43 +69,59 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 		if opt.InstanceType == "" {
 			opt.InstanceType = in.Labels[labels.InstanceType]
 		}
-		for _, k := range pods {
-			d, ok := pending[k]
-			if !ok {
-				continue
-			}
-			at, moved := c.placedLast[k]
-			if !moved && listed[d.Pod.Annotations[PlannedNodeAnnotation]] {
-				// A restarted controller has no placedLast: the pod's annotation names the
-				// node the last plan put it on, where an earlier node's list may still name it.
-				at, moved = d.Pod.Annotations[PlannedNodeAnnotation], true
-			}
-			if moved && at != in.Name {
-				// Moved to another node by a later plan: offered on two nodes, the planner
-				// would count it on both, and on neither where it no longer fits.
-				continue
-			}
-			opt.Pods = append(opt.Pods, d)
-		}
-		if node != nil {
-			for _, pod := range c.podsOn(node.Name) {
-				if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-					continue
-				}
-				if _, still := pending[pod.Namespace+"/"+pod.Name]; still {
-					// Bound since the round listed it pending (the cache moved on): it counts once,
-					// as the planned pod it was, or the planner finds no room for it beside itself
-					// and launches a node for it.
-					continue
-				}
-				if dra, _ := c.draRequests(pod); len(dra) > 0 || len(allocation.PodRequests(pod)) > 0 {
-					opt.Bound = append(opt.Bound, plan.NewPodDemand(pod, dra))
-				}
-			}
-		}
+		opt.Pods = c.offered(in.Name, pods, pending, listed)
+		opt.Bound = c.bound(node, pending)
 		out = append(out, opt)
 	}
 	return out, planned
+}
+
+// offered returns the pending pods among those planned onto a launching node that the planner
+// is to count on it: not those a later plan moved to another node.
+func (c *Controller) offered(node string, pods []string, pending map[string]plan.PodDemand, listed map[string]bool) []plan.PodDemand {
+	var out []plan.PodDemand
+	for _, k := range pods {
+		d, ok := pending[k]
+		if !ok {
+			continue
+		}
+		at, moved := c.placedLast[k]
+		if !moved && listed[d.Pod.Annotations[PlannedNodeAnnotation]] {
+			// A restarted controller has no placedLast: the pod's annotation names the
+			// node the last plan put it on, where an earlier node's list may still name it.
+			at, moved = d.Pod.Annotations[PlannedNodeAnnotation], true
+		}
+		if moved && at != node {
+			// Moved to another node by a later plan: offered on two nodes, the planner
+			// would count it on both, and on neither where it no longer fits.
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// bound returns the Neuron pods that run on a launching node (nil: no Node yet).
+func (c *Controller) bound(node *corev1.Node, pending map[string]plan.PodDemand) []plan.PodDemand {
+	if node == nil {
+		return nil
+	}
+	var out []plan.PodDemand
+	for _, pod := range c.podsOn(node.Name) {
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, still := pending[pod.Namespace+"/"+pod.Name]; still {
+			// Bound since the round listed it pending (the cache moved on): it counts once,
+			// as the planned pod it was, or the planner finds no room for it beside itself
+			// and launches a node for it.
+			continue
+		}
+		if dra, _ := c.draRequests(pod); len(dra) > 0 || len(allocation.PodRequests(pod)) > 0 {
+			out = append(out, plan.NewPodDemand(pod, dra))
+		}
+	}
+	return out
 }
 
 // settled reports whether a node takes pods: Ready for a little while, released (no
@@ -111,7 +131,7 @@ func (c *Controller) settled(node *corev1.Node, now time.Time) bool {
 	if node == nil || !nodeReady(node) || hasLaunchingTaint(node) {
 		return false
 	}
-	if at, ok := c.released[node.Name]; ok && now.Sub(at) < settleAfterReady {
+	if at := c.fleet.get(node.Name).releasedAt; !at.IsZero() && now.Sub(at) < settleAfterReady {
 		return false
 	}
 	since := readySince(node)
@@ -173,11 +193,10 @@ func (c *Controller) timeout(ctx context.Context, in Instance, node *corev1.Node
 			logger.Error(err, "Deleting the Node object failed")
 		}
 	}
-	c.retired[in.Name] = true
+	c.fleet.update(in.Name, func(r *nodeRecord) { r.to(phaseDeleted) })
 	if r := in.Annotations[RequestNameAnnotation]; r != "" {
-		c.retired[r] = true
+		c.fleet.update(r, func(r *nodeRecord) { r.to(phaseDeleted) })
 	}
-	delete(c.tracked, in.Name)
 	c.metrics.removed.Inc()
 	for _, k := range pods {
 		if d, ok := pending[k]; ok {

@@ -81,30 +81,57 @@ func (c *Controller) publishesDevices(node string) bool {
 	return false
 }
 
-// release removes LaunchingTaint from the launched nodes that may take pods now.
-//
-// A node holds pods off until it is serving and every pending pod this round's plan puts on it
-// carries its nomination (placed: scaleUp nominated them again just before). Were it released
-// earlier, the scheduler would place there pods planned onto nodes still booting (or not yet
-// nominated at all), and it clears the nomination of every pod it fails to place, as it does
-// while a pod's node is not up. Then it waits for the other launched nodes that hold pods
-// planned onto them, and they are released together: the scheduler keeps a nominated pod's room
-// only per resource name (a pod asking for cores may take devices nominated pods asked for), so
-// a pod whose own node is still held could take room planned for another pod on a node released
-// before its own. (The scheduler extender closes that gap for the pods it schedules: it keeps a
-// pod off other nodes while its PlannedNodeAnnotation node is held.) A node that has been
-// serving for releaseWait is released whatever the others do and whether its pods are
-// nominated or not, so nothing is held for long: not when the pods are deleted (they are no
-// longer pending), nor when nominating fails, nor across a restart (the rule reads only the
-// node, the pods and the plan; a restarted controller times releaseWait again).
+// release removes LaunchingTaint from the launched nodes that the release rule (releaseRule)
+// lets take pods now.
 func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed map[string]placement, now time.Time) {
 	logger := klog.FromContext(ctx)
-	var holds []*hold
-	present := map[string]bool{}
+	holds, present := c.holds(nodes, placed, now)
+	c.fleet.forgetGone(present, func(r *nodeRecord) { r.servingSince, r.releasedAt = time.Time{}, time.Time{} })
+	c.expireRestores(now)
+	byName := map[string]*hold{}
+	for _, h := range holds {
+		byName[h.node.Name] = h
+	}
+	all := groupReady(placed, byName, present)
+	var out []*hold
+	for _, h := range holds {
+		v := releaseRule(*h, all)
+		switch v {
+		case keepNotServing:
+			logger.V(4).Info("Launched node not serving yet; it keeps its launching taint", "node", h.node.Name, "pods", h.pods)
+		case keepForGroup:
+			logger.V(2).Info("Launched node serving; it keeps its launching taint until its pods are nominated and the other launching nodes serve", "node", h.node.Name,
+				"pods", h.pods, "notNominated", h.unnominated)
+		case releaseAfterWait:
+			if len(h.unnominated) > 0 || !all {
+				logger.Info("Releasing a launched node after waiting for its pods' nominations and the other launching nodes", "node", h.node.Name, "waited", releaseWait,
+					"pods", h.pods, "notNominated", h.unnominated)
+			}
+		}
+		if v.release() {
+			out = append(out, h)
+		}
+	}
+	if len(out) == 0 {
+		return
+	}
+	if c.o.DryRun {
+		for _, h := range out {
+			logger.Info("Dry run: would remove the launching taint", "node", h.node.Name, "pods", h.pods)
+		}
+		return
+	}
+	c.untaintAll(ctx, out, now)
+}
+
+// holds returns the launched nodes that hold pods off, with the pods this round's plan puts on
+// them and whether they serve, and times how long each has served; present names every Node.
+func (c *Controller) holds(nodes []*corev1.Node, placed map[string]placement, now time.Time) (holds []*hold, present map[string]bool) {
+	present = map[string]bool{}
 	for _, node := range nodes {
 		present[node.Name] = true
 		if !holdsPods(node) {
-			delete(c.upSince, node.Name)
+			c.fleet.update(node.Name, func(r *nodeRecord) { r.servingSince = time.Time{} })
 			continue
 		}
 		h := &hold{node: node}
@@ -122,74 +149,36 @@ func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed m
 		sort.Strings(h.unnominated)
 		slices.Sort(want)
 		h.serving = c.serving(node, slices.Compact(want), now)
-		if !h.serving {
-			delete(c.upSince, node.Name)
-		} else if since, ok := c.upSince[node.Name]; !ok {
-			c.upSince[node.Name] = now
-		} else {
-			h.waited = now.Sub(since) >= releaseWait
-		}
+		c.fleet.update(node.Name, func(r *nodeRecord) {
+			switch {
+			case !h.serving:
+				r.servingSince = time.Time{}
+			case r.servingSince.IsZero():
+				r.servingSince = now
+			default:
+				h.waited = now.Sub(r.servingSince) >= releaseWait
+			}
+		})
 		holds = append(holds, h)
 	}
-	forgetMissing(c.upSince, present)
-	forgetMissing(c.released, present)
-	c.mu.Lock()
-	for k, r := range c.restore {
-		if !now.Before(r.until) {
-			delete(c.restore, k)
-		}
-	}
-	c.mu.Unlock()
-	// Ready to go: serving with its pods nominated. The group goes when every node the plan
-	// puts pending pods on is ready, or takes pods already: a node still booting (no Node yet,
-	// or not serving) holds the others back.
-	ready := func(h *hold) bool { return h.serving && len(h.unnominated) == 0 }
-	byName := map[string]*hold{}
-	for _, h := range holds {
-		byName[h.node.Name] = h
-	}
-	all := true
-	for _, p := range placed {
-		if h, held := byName[p.node]; (held && !ready(h)) || (!held && !present[p.node]) {
-			all = false
-		}
-	}
-	var out []*hold
-	for _, h := range holds {
-		switch {
-		case !h.serving:
-			logger.V(4).Info("Launched node not serving yet; it keeps its launching taint", "node", h.node.Name, "pods", h.pods)
-		case h.waited:
-			if len(h.unnominated) > 0 || !all {
-				logger.Info("Releasing a launched node after waiting for its pods' nominations and the other launching nodes", "node", h.node.Name, "waited", releaseWait,
-					"pods", h.pods, "notNominated", h.unnominated)
-			}
-			out = append(out, h)
-		case len(h.pods) == 0 || (all && ready(h)):
-			out = append(out, h)
-		default:
-			logger.V(2).Info("Launched node serving; it keeps its launching taint until its pods are nominated and the other launching nodes serve", "node", h.node.Name,
-				"pods", h.pods, "notNominated", h.unnominated)
-		}
-	}
-	if len(out) == 0 {
-		return
-	}
-	if c.o.DryRun {
-		for _, h := range out {
-			logger.Info("Dry run: would remove the launching taint", "node", h.node.Name, "pods", h.pods)
-		}
-		return
-	}
-	// The scheduler tries the pending pods as soon as the first release reaches it, and a pod
-	// whose own node it does not see released yet may take room planned for another on a node
-	// it does: so the releases of a group should reach it as close together as can be (in
-	// parallel, through a client of their own), and the node of the pod it tries first goes
-	// first, alone. That pod is the one of highest priority, then the oldest (the scheduler
-	// queues pods of equal priority in the order they last failed, for pods that wait together
-	// the order they were created in; creation times have a one-second resolution, and pods
-	// created in the same second are taken in name order, a guess). Its scheduling cycle, which
-	// asks the extender, takes longer than the other releases take to arrive.
+	return holds, present
+}
+
+// untaintAll releases the nodes: LaunchingTaint removed, each node Released, and the pods
+// planned onto it nominated again should the scheduler clear their nomination soon
+// (nominationCleared).
+//
+// The scheduler tries the pending pods as soon as the first release reaches it, and a pod
+// whose own node it does not see released yet may take room planned for another on a node
+// it does: so the releases of a group should reach it as close together as can be (in
+// parallel, through a client of their own), and the node of the pod it tries first goes
+// first, alone. That pod is the one of highest priority, then the oldest (the scheduler
+// queues pods of equal priority in the order they last failed, for pods that wait together
+// the order they were created in; creation times have a one-second resolution, and pods
+// created in the same second are taken in name order, a guess). Its scheduling cycle, which
+// asks the extender, takes longer than the other releases take to arrive.
+func (c *Controller) untaintAll(ctx context.Context, out []*hold, now time.Time) {
+	logger := klog.FromContext(ctx)
 	slices.SortStableFunc(out, func(a, b *hold) int { return c.compareFirstPods(a.pods, b.pods) })
 	errs := make([]error, len(out))
 	errs[0] = c.untaint(ctx, out[0].node)
@@ -203,8 +192,7 @@ func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed m
 			logger.Error(errs[i], "Removing the launching taint failed; retrying at the next round", "node", h.node.Name)
 			continue
 		}
-		c.released[h.node.Name] = now
-		delete(c.upSince, h.node.Name)
+		c.fleet.update(h.node.Name, func(r *nodeRecord) { r.releasedAt, r.servingSince = now, time.Time{} })
 		c.mu.Lock()
 		for _, k := range h.pods {
 			c.restore[k] = restoreNomination{node: h.node.Name, until: now.Add(settleAfterReady)}
@@ -212,14 +200,6 @@ func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed m
 		c.mu.Unlock()
 		logger.Info("Released a launched node: it takes pods now", "node", h.node.Name, "pods", h.pods)
 	}
-}
-
-// hold is a launched node that keeps pods off with LaunchingTaint, as a round sees it.
-type hold struct {
-	node            *corev1.Node
-	pods            []string // pending pods the round's plan puts on it
-	unnominated     []string // of those, the ones whose nomination is not in place
-	serving, waited bool
 }
 
 // compareFirstPods compares two nodes' pending pods (keys) by the first of them the scheduler

@@ -151,12 +151,12 @@ func TestControllerReleasesANodeOnceItsPodsAreNominated(t *testing.T) {
 	}())
 	e.clock.Add(settleAfterReady - time.Second)
 	round(t, c)
-	if _, ok := c.tracked[node]; !ok || len(e.provider.launched()) != 1 {
+	if c.fleet.get(node).phase != phaseLaunching || len(e.provider.launched()) != 1 {
 		t.Errorf("the node settled %s after its release (launches %d), want it launching for %s", settleAfterReady-time.Second, len(e.provider.launched()), settleAfterReady)
 	}
 	e.clock.Add(time.Second)
 	round(t, c)
-	if _, ok := c.tracked[node]; ok {
+	if c.fleet.get(node).phase == phaseLaunching {
 		t.Errorf("the node still launching %s after its release", settleAfterReady)
 	}
 }

@@ -25,28 +25,31 @@ func (c *Controller) scaleDown(ctx context.Context, nodes []*corev1.Node, planne
 	for _, node := range nodes {
 		present[node.Name] = true
 		due := false
-		switch {
-		case node.Labels[LaunchedByLabel] != LaunchedByValue || !nodeReady(node) || node.DeletionTimestamp != nil:
-			delete(c.emptySince, node.Name)
-		case c.empty(c.podsOn(node.Name), planned[node.Name], pending) != "":
-			delete(c.emptySince, node.Name)
-		default:
-			since, ok := c.emptySince[node.Name]
-			if !ok {
-				c.emptySince[node.Name] = now
-				break
-			}
-			if due = now.Sub(since) >= c.o.ScaleDownAfter; due {
+		if c.emptyNow(node, planned[node.Name], pending) {
+			since := c.fleet.get(node.Name).emptySince
+			if since.IsZero() {
+				c.fleet.update(node.Name, func(r *nodeRecord) { r.emptySince = now })
+			} else if due = now.Sub(since) >= c.o.ScaleDownAfter; due {
 				c.remove(ctx, node, planned[node.Name], pending, now.Sub(since))
 			}
+		} else {
+			c.fleet.update(node.Name, func(r *nodeRecord) { r.emptySince = time.Time{} })
 		}
 		// A node this controller cordoned and then kept: its uncordon failed last time.
-		if !due && c.cordoned[node.Name] {
+		if !due && c.fleet.get(node.Name).cordoned {
 			c.uncordon(ctx, node.Name)
 		}
 	}
-	forgetMissing(c.emptySince, present)
-	forgetMissing(c.cordoned, present)
+	c.fleet.forgetGone(present, func(r *nodeRecord) { r.emptySince, r.cordoned = time.Time{}, false })
+}
+
+// emptyNow reports whether a node the autoscaler launched is Ready, not being deleted, and
+// empty (Controller.empty) this round.
+func (c *Controller) emptyNow(node *corev1.Node, planned []string, pending map[string]plan.PodDemand) bool {
+	if node.Labels[LaunchedByLabel] != LaunchedByValue || !nodeReady(node) || node.DeletionTimestamp != nil {
+		return false
+	}
+	return c.empty(c.podsOn(node.Name), planned, pending) == ""
 }
 
 // empty returns "" when a node may be removed: none of the pods planned onto it is still
@@ -93,7 +96,7 @@ func (c *Controller) remove(ctx context.Context, node *corev1.Node, planned []st
 			logger.Error(err, "Cordoning an empty node failed; retrying at the next round")
 			return
 		}
-		c.cordoned[node.Name] = true
+		c.fleet.update(node.Name, func(r *nodeRecord) { r.cordoned = true })
 	}
 	list, err := c.o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node.Name).String()})
 	if err != nil {
@@ -109,7 +112,7 @@ func (c *Controller) remove(ctx context.Context, node *corev1.Node, planned []st
 	}
 	if why := c.empty(onNode, planned, pending); why != "" {
 		c.metrics.cancelled.Inc()
-		if c.cordoned[node.Name] {
+		if c.fleet.get(node.Name).cordoned {
 			logger.Info("The node is no longer empty after its cordon; uncordoning and keeping it", "reason", why)
 			c.event(ctx, node, corev1.EventTypeNormal, ReasonScaleDownCancelled, fmt.Sprintf("node %s was cordoned for removal after it was empty for %s, but %s: uncordoned and kept", node.Name, c.o.ScaleDownAfter, why))
 		} else {
@@ -126,10 +129,10 @@ func (c *Controller) remove(ctx context.Context, node *corev1.Node, planned []st
 	if err := nodes.Delete(ctx, node.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		logger.Error(err, "Deleting the Node object failed; the provider removed the node")
 	}
-	c.retired[node.Name] = true
-	delete(c.emptySince, node.Name)
-	delete(c.tracked, node.Name)
-	delete(c.cordoned, node.Name)
+	c.fleet.update(node.Name, func(r *nodeRecord) {
+		r.to(phaseDeleted)
+		r.emptySince, r.cordoned = time.Time{}, false
+	})
 	c.metrics.removed.Inc()
 	logger.Info("Removed an empty node", "emptyFor", emptyFor)
 	c.event(ctx, node, corev1.EventTypeNormal, ReasonScaleDown, fmt.Sprintf("node %s was empty for %s (no pod but DaemonSet and mirror pods): cordoned and removed", node.Name, c.o.ScaleDownAfter))
@@ -138,8 +141,9 @@ func (c *Controller) remove(ctx context.Context, node *corev1.Node, planned []st
 // keep stops the removal of a node: its emptiness is timed again from the next round, and the
 // cordon is lifted if this controller set it (a node an administrator cordoned stays so).
 func (c *Controller) keep(ctx context.Context, name string) {
-	delete(c.emptySince, name)
-	if c.cordoned[name] {
+	cordoned := false
+	c.fleet.update(name, func(r *nodeRecord) { r.emptySince, cordoned = time.Time{}, r.cordoned })
+	if cordoned {
 		c.uncordon(ctx, name)
 	}
 }
@@ -152,5 +156,5 @@ func (c *Controller) uncordon(ctx context.Context, name string) {
 			return
 		}
 	}
-	delete(c.cordoned, name)
+	c.fleet.update(name, func(r *nodeRecord) { r.cordoned = false })
 }

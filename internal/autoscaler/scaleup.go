@@ -3,7 +3,6 @@ package autoscaler
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -87,12 +86,12 @@ func (c *Controller) scaleUp(ctx context.Context, pending []plan.PodDemand, laun
 		sort.Strings(pods)
 		if n.Launching {
 			names[k], nodeNames[k] = n.Name, n.Name
-			if t := c.tracked[n.Name]; t != nil && !c.o.DryRun {
-				for _, p := range pods {
-					if !slices.Contains(t.added, p) {
-						t.added = append(t.added, p)
+			if !c.o.DryRun {
+				c.fleet.update(n.Name, func(r *nodeRecord) {
+					if r.phase == phaseLaunching {
+						r.addPlanned(pods)
 					}
-				}
+				})
 			}
 			continue
 		}
@@ -157,10 +156,13 @@ func (c *Controller) scaleUp(ctx context.Context, pending []plan.PodDemand, laun
 // reasonPlanningFailed is the decisions metric's reason for a round whose planning failed.
 const reasonPlanningFailed = "PlanningFailed"
 
+// planFunc is plan.Plan's signature.
+type planFunc func([]plan.PodDemand, []plan.NodeOption, plan.Options) (plan.ScaleUp, []plan.Decision)
+
 // safePlan is Plan, with a panic of the planner (an inconsistency it checks for: a bug) turned
 // into an error, so that the controller logs it and goes on serving, rather than crashing in a
 // loop on the same pending pods.
-func safePlan(planFn func([]plan.PodDemand, []plan.NodeOption, plan.Options) (plan.ScaleUp, []plan.Decision), pending []plan.PodDemand, launching []plan.NodeOption, opts plan.Options) (up plan.ScaleUp, decisions []plan.Decision, err error) {
+func safePlan(planFn planFunc, pending []plan.PodDemand, launching []plan.NodeOption, opts plan.Options) (up plan.ScaleUp, decisions []plan.Decision, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("the planner failed on %d pending pods: %v", len(pending), r)
