@@ -14,7 +14,6 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
-	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // launching returns the launching nodes with the pending pods planned onto them, after deleting
@@ -142,33 +141,6 @@ func (c *Controller) settled(node *corev1.Node, now time.Time) bool {
 		return true
 	}
 	return hasNeuronCapacity(node)
-}
-
-func hasNeuronCapacity(node *corev1.Node) bool {
-	for _, r := range topology.Resources {
-		if q, ok := node.Status.Allocatable[corev1.ResourceName(r)]; ok && !q.IsZero() {
-			return true
-		}
-	}
-	return false
-}
-
-func nodeReady(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func readySince(node *corev1.Node) time.Time {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.LastTransitionTime.Time
-		}
-	}
-	return time.Time{}
 }
 
 // timeout deletes a node that did not register in time and tells its pending pods; it reports

@@ -23,18 +23,6 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 )
 
-// hasLaunchingTaint reports whether the node carries LaunchingTaintKey (whatever its value or
-// effect: a launch template that registers it otherwise must not keep the node held forever).
-func hasLaunchingTaint(node *corev1.Node) bool {
-	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == LaunchingTaintKey })
-}
-
-// holdsPods reports whether a node is one the autoscaler launched that still keeps pods off
-// with LaunchingTaint. Nodes without LaunchedByLabel are never released, whatever their taints.
-func holdsPods(node *corev1.Node) bool {
-	return node.Labels[LaunchedByLabel] == LaunchedByValue && node.DeletionTimestamp == nil && hasLaunchingTaint(node)
-}
-
 // serving reports whether a launched node could take its pods but for LaunchingTaint: Ready,
 // and advertising every device plugin resource its pods ask for (want; any Neuron resource when
 // none) or publishing Neuron devices in a ResourceSlice (DRA); or Ready for the register timeout,
