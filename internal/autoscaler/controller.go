@@ -130,6 +130,11 @@ type Controller struct {
 	// restore: the pods planned onto a node this controller released, by key (see
 	// nominationCleared); under mu.
 	restore map[string]restoreNomination
+	// clearsHandled counts the cleared nominations nominationCleared has handled, and
+	// renominating the nominations it is writing again, so that a caller can wait for what
+	// it did with a clear.
+	clearsHandled atomic.Int64
+	renominating  sync.WaitGroup
 
 	// fleet is every node this controller launched or found launched: one record each, with
 	// its phase (fleet.go).

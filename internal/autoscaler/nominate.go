@@ -31,6 +31,7 @@ func (c *Controller) nominationCleared(ctx context.Context, oldObj, obj any) {
 	if !ok || !ok2 || old.Status.NominatedNodeName == "" || pod.Status.NominatedNodeName != "" || pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil {
 		return
 	}
+	defer c.clearsHandled.Add(1)
 	key := pod.Namespace + "/" + pod.Name
 	c.mu.Lock()
 	r, found := c.restore[key]
@@ -42,7 +43,9 @@ func (c *Controller) nominationCleared(ctx context.Context, oldObj, obj any) {
 	if !found {
 		return
 	}
+	c.renominating.Add(1)
 	go func() {
+		defer c.renominating.Done()
 		if c.nominate(ctx, pod, r.node) {
 			klog.FromContext(ctx).V(2).Info("Nominated a pod again after the scheduler cleared its nomination", "pod", klog.KObj(pod), "node", r.node)
 		}
