@@ -105,8 +105,9 @@ type ControllerOptions struct {
 // node that does not become Ready within RegisterTimeout is deleted and its pods planned again.
 // Pods that fail Check get one NotTriggerScaleUp event that lists its problems; the others go to
 // Plan, and every decision is an event on the pod and a nomination of the pod to its node. An
-// event is repeated when its message changes, else after five minutes. A node launches with LaunchingTaint and takes pods only
-// once release removes it: when it serves and its pods are nominated to it. A node the
+// event is repeated when its message changes, else after five minutes. A node launches with
+// LaunchingTaint and takes pods only once release removes it: when it serves and its pods are
+// nominated to it (releaseRule). A node the
 // autoscaler launched that holds no pod (DaemonSet and mirror pods, and finished pods, aside)
 // and no pending pod planned onto it for ScaleDownAfter is cordoned, checked again against the
 // API server, and removed; nothing is ever evicted.

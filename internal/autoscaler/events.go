@@ -10,7 +10,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// More event reasons: FailedScaleUp on a pod (Warning), ScaleDown on a node (Normal).
+// The controller's event reasons, beside the planner's (plan.ReasonTriggeredScaleUp and
+// plan.ReasonNotTriggerScaleUp): FailedScaleUp on a pod (Warning), ScaleDown and
+// ScaleDownCancelled on a node (Normal).
 const (
 	// ReasonFailedScaleUp: the node launched for the pod could not be launched, or never
 	// registered and was deleted; the pod is planned again.
