@@ -48,10 +48,7 @@ func (c *Controller) start(ctx context.Context) (informers.SharedInformerFactory
 	// A device plugin or DRA driver DaemonSet appearing can unblock pods refused for its absence.
 	kickOnDaemonSet := func(obj any) {
 		if ds, ok := obj.(*appsv1.DaemonSet); ok && (plan.IsDevicePluginDaemonSet(ds) || plan.IsDRADriverDaemonSet(ds)) {
-			select {
-			case c.kick <- struct{}{}:
-			default:
-			}
+			c.kickRound()
 		}
 	}
 	if _, err := factory.Apps().V1().DaemonSets().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: kickOnDaemonSet}); err != nil {
@@ -60,12 +57,7 @@ func (c *Controller) start(ctx context.Context) (informers.SharedInformerFactory
 	// A launched node that still holds pods off (LaunchingTaint) may have come up: a round
 	// releases it, rather than the next resync. The node changes (Ready, capacity) or, on a DRA
 	// node, its driver publishes its ResourceSlices.
-	kick := func() {
-		select {
-		case c.kick <- struct{}{}:
-		default:
-		}
-	}
+	kick := c.kickRound
 	if _, err := factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
 			if node, ok := obj.(*corev1.Node); ok && holdsPods(node) {
@@ -123,6 +115,12 @@ func (c *Controller) podChanged(obj any) {
 		return
 	}
 	c.seen[pod.UID] = true
+	c.kickRound()
+}
+
+// kickRound asks the work loop for a round (after the batch window); a round already asked
+// for takes this one in.
+func (c *Controller) kickRound() {
 	select {
 	case c.kick <- struct{}{}:
 	default:
