@@ -19,8 +19,9 @@ import (
 // launching returns the launching nodes with the pending pods planned onto them, after deleting
 // those that did not register in time; planned lists, for every instance, the pods planned onto it.
 //
-// Every node the provider lists is Launching or Registered after it: Registered once it has
-// settled (and from then on, even NotReady: never deleted for it), else Launching.
+// Every node the provider lists has a phase after it: Registered once it has settled (and from
+// then on, even NotReady: never deleted for it); else Launching, or Deleted when it was not Ready
+// within the register timeout.
 func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[string]*corev1.Node, pending map[string]plan.PodDemand, now time.Time) ([]plan.NodeOption, map[string][]string) {
 	var out []plan.NodeOption
 	planned := map[string][]string{}
