@@ -33,10 +33,6 @@ const (
 	phaseDeleted
 )
 
-func (p phase) String() string {
-	return [...]string{"None", "Launching", "Registered", "Deleted"}[p]
-}
-
 // nodeRecord is one node the autoscaler launched, as this controller knows it: its phase,
 // what it needs while it is Launching, and its conditions.
 type nodeRecord struct {
