@@ -35,4 +35,11 @@
 // firstAvailable alternatives beyond the first, opaque configs (LNC) and claims shared between
 // pods are not simulated, so a packed DRA node may, for such claims, not take every pod planned
 // onto it. UltraServer types (trn2u) are planned as single nodes.
+//
+// Files: plan.go is the API (Plan, its options and results); sim.go simulates one node with the
+// topology engine; planner.go and plan_cache.go index the pending pods and memoise their fits;
+// run.go is one search (launching nodes first, then new nodes, within the limits); improve.go
+// improves a packed run (evacuate, merge, downsize); result.go turns the best run into
+// decisions and their messages. check.go is Check, advice.go Advise, selectors.go the DRA
+// selector templates.
 package plan
