@@ -40,6 +40,8 @@
 // topology engine; planner.go and plan_cache.go index the pending pods and memoise their fits;
 // run.go is one search (launching nodes first, then new nodes, within the limits); improve.go
 // improves a packed run (evacuate, merge, downsize); result.go turns the best run into
-// decisions and their messages. check.go is Check, advice.go Advise, selectors.go the DRA
-// selector templates.
+// decisions and their messages. check.go is Check, with demand.go (what a pending pod asks
+// for, PodDemand), newnode.go (the labels and taints of a new node, and which pods and
+// DaemonSets match them) and messages.go (how the messages write sizes, prices and lists);
+// advice.go is Advise, selectors.go the DRA selector templates.
 package plan
