@@ -23,52 +23,6 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 )
 
-// serving reports whether a launched node could take its pods but for LaunchingTaint: Ready,
-// and advertising every device plugin resource its pods ask for (want; any Neuron resource when
-// none) or publishing Neuron devices in a ResourceSlice (DRA); or Ready for the register timeout,
-// whatever it serves, so that a node whose plugin never starts is not held forever. The device
-// plugin registers its resources one after the other and the kubelet posts each when its status
-// next goes out: a node released on the first would turn away pods that ask for another.
-func (c *Controller) serving(node *corev1.Node, want []string, now time.Time) bool {
-	switch {
-	case !nodeReady(node):
-		return false
-	case now.Sub(readySince(node)) >= c.o.RegisterTimeout:
-		return true
-	case node.Labels[labels.AllocationMode] == labels.AllocationModeDRA:
-		return c.publishesDevices(node.Name)
-	case len(want) == 0:
-		return hasNeuronCapacity(node)
-	}
-	for _, r := range want {
-		if q, ok := node.Status.Allocatable[corev1.ResourceName(r)]; !ok || q.IsZero() {
-			return false
-		}
-	}
-	return true
-}
-
-// requestedResources returns the device plugin resources the pod asks for, sorted, once each.
-func requestedResources(d plan.PodDemand) []string {
-	var out []string
-	for _, r := range d.Requests {
-		out = append(out, r.Resource)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-// publishesDevices reports whether the Neuron DRA driver published devices for the node.
-func (c *Controller) publishesDevices(node string) bool {
-	list, _ := c.rslices.List(klabels.Everything())
-	for _, s := range list {
-		if s.Spec.Driver == plan.DeviceClass && s.Spec.NodeName != nil && *s.Spec.NodeName == node && len(s.Spec.Devices) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // release removes LaunchingTaint from the launched nodes that the release rule (releaseRule)
 // lets take pods now.
 func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed map[string]placement, now time.Time) {
@@ -150,6 +104,52 @@ func (c *Controller) holds(nodes []*corev1.Node, placed map[string]placement, no
 		holds = append(holds, h)
 	}
 	return holds, present
+}
+
+// serving reports whether a launched node could take its pods but for LaunchingTaint: Ready,
+// and advertising every device plugin resource its pods ask for (want; any Neuron resource when
+// none) or publishing Neuron devices in a ResourceSlice (DRA); or Ready for the register timeout,
+// whatever it serves, so that a node whose plugin never starts is not held forever. The device
+// plugin registers its resources one after the other and the kubelet posts each when its status
+// next goes out: a node released on the first would turn away pods that ask for another.
+func (c *Controller) serving(node *corev1.Node, want []string, now time.Time) bool {
+	switch {
+	case !nodeReady(node):
+		return false
+	case now.Sub(readySince(node)) >= c.o.RegisterTimeout:
+		return true
+	case node.Labels[labels.AllocationMode] == labels.AllocationModeDRA:
+		return c.publishesDevices(node.Name)
+	case len(want) == 0:
+		return hasNeuronCapacity(node)
+	}
+	for _, r := range want {
+		if q, ok := node.Status.Allocatable[corev1.ResourceName(r)]; !ok || q.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// requestedResources returns the device plugin resources the pod asks for, sorted, once each.
+func requestedResources(d plan.PodDemand) []string {
+	var out []string
+	for _, r := range d.Requests {
+		out = append(out, r.Resource)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// publishesDevices reports whether the Neuron DRA driver published devices for the node.
+func (c *Controller) publishesDevices(node string) bool {
+	list, _ := c.rslices.List(klabels.Everything())
+	for _, s := range list {
+		if s.Spec.Driver == plan.DeviceClass && s.Spec.NodeName != nil && *s.Spec.NodeName == node && len(s.Spec.Devices) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // untaintAll releases the nodes: LaunchingTaint removed, each node Released, and the pods
