@@ -127,15 +127,9 @@ type Controller struct {
 
 	kick chan struct{}
 	mu   sync.Mutex
-	seen map[types.UID]bool // pending Neuron pods that have started a batch
-	// restore: the pods planned onto a node this controller released, by key (see
-	// nominationCleared); under mu.
-	restore map[string]restoreNomination
-	// clearsHandled counts the cleared nominations nominationCleared has handled, and
-	// renominating the nominations it is writing again, so that a caller can wait for what
-	// it did with a clear.
-	clearsHandled atomic.Int64
-	renominating  sync.WaitGroup
+	seen map[types.UID]bool // pending Neuron pods that have started a batch; under mu
+	// renominations: the pods planned onto the nodes this controller released lately.
+	renominations *renominations
 
 	// fleet is every node this controller launched or found launched: one record each, with
 	// its phase (fleet.go).
@@ -181,7 +175,7 @@ func NewController(o ControllerOptions) (*Controller, error) {
 		o.Now = time.Now
 	}
 	return &Controller{
-		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{}, restore: map[string]restoreNomination{},
+		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{}, renominations: newRenominations(),
 		fleet: newFleet(), plan: plan.Plan, emitted: map[eventKey]emission{}, placedLast: map[string]string{},
 	}, nil
 }

@@ -3,6 +3,8 @@ package autoscaler
 import (
 	"context"
 	"encoding/json"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,11 +13,60 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// renominations are the pods planned onto the nodes this controller released lately, by key:
+// their nomination is written again should the scheduler clear it (nominationCleared). They have
+// their own lock, since the pod informer's handler reads them.
+type renominations struct {
+	mu    sync.Mutex
+	byPod map[string]restoreNomination
+	// handled counts the cleared nominations nominationCleared has handled, and writing the
+	// nominations it is writing again, so that a caller can wait for what it did with a clear.
+	handled atomic.Int64
+	writing sync.WaitGroup
+}
+
 // restoreNomination is the released node a pod is planned onto: its nomination is written again
 // should the scheduler clear it before until.
 type restoreNomination struct {
 	node  string
 	until time.Time
+}
+
+func newRenominations() *renominations {
+	return &renominations{byPod: map[string]restoreNomination{}}
+}
+
+// add records the pods of a node released now: their nominations are written again until.
+func (r *renominations) add(pods []string, node string, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range pods {
+		r.byPod[k] = restoreNomination{node: node, until: until}
+	}
+}
+
+// take reports whether the pod's nomination to node, just cleared, is to be written again, and
+// if so forgets the pod: once per pod and release.
+func (r *renominations) take(key, node string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, found := r.byPod[key]
+	found = found && n.node == node && now.Before(n.until)
+	if found {
+		delete(r.byPod, key)
+	}
+	return found
+}
+
+// expire drops the pods whose nomination is no longer written again.
+func (r *renominations) expire(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, n := range r.byPod {
+		if !now.Before(n.until) {
+			delete(r.byPod, k)
+		}
+	}
 }
 
 // nominationCleared writes a pod's nomination again as soon as the scheduler clears it, when the
@@ -31,23 +82,16 @@ func (c *Controller) nominationCleared(ctx context.Context, oldObj, obj any) {
 	if !ok || !ok2 || old.Status.NominatedNodeName == "" || pod.Status.NominatedNodeName != "" || pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil {
 		return
 	}
-	defer c.clearsHandled.Add(1)
-	key := pod.Namespace + "/" + pod.Name
-	c.mu.Lock()
-	r, found := c.restore[key]
-	found = found && r.node == old.Status.NominatedNodeName && c.o.Now().Before(r.until)
-	if found {
-		delete(c.restore, key)
-	}
-	c.mu.Unlock()
-	if !found {
+	defer c.renominations.handled.Add(1)
+	node := old.Status.NominatedNodeName
+	if !c.renominations.take(pod.Namespace+"/"+pod.Name, node, c.o.Now()) {
 		return
 	}
-	c.renominating.Add(1)
+	c.renominations.writing.Add(1)
 	go func() {
-		defer c.renominating.Done()
-		if c.nominate(ctx, pod, r.node) {
-			klog.FromContext(ctx).V(2).Info("Nominated a pod again after the scheduler cleared its nomination", "pod", klog.KObj(pod), "node", r.node)
+		defer c.renominations.writing.Done()
+		if c.nominate(ctx, pod, node) {
+			klog.FromContext(ctx).V(2).Info("Nominated a pod again after the scheduler cleared its nomination", "pod", klog.KObj(pod), "node", node)
 		}
 	}()
 }
@@ -80,15 +124,4 @@ func (c *Controller) nominate(ctx context.Context, pod *corev1.Pod, node string)
 		return false
 	}
 	return true
-}
-
-// expireRestores drops the released nodes' pods whose nomination is no longer written again.
-func (c *Controller) expireRestores(now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, r := range c.restore {
-		if !now.Before(r.until) {
-			delete(c.restore, k)
-		}
-	}
 }

@@ -29,7 +29,7 @@ func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed m
 	logger := klog.FromContext(ctx)
 	holds, present := c.holds(nodes, placed, now)
 	c.fleet.forgetGone(present, func(r *nodeRecord) { r.servingSince, r.releasedAt = time.Time{}, time.Time{} })
-	c.expireRestores(now)
+	c.renominations.expire(now)
 	byName := map[string]*hold{}
 	for _, h := range holds {
 		byName[h.node.Name] = h
@@ -181,11 +181,7 @@ func (c *Controller) untaintAll(ctx context.Context, out []*hold, now time.Time)
 			continue
 		}
 		c.fleet.update(h.node.Name, func(r *nodeRecord) { r.releasedAt, r.servingSince = now, time.Time{} })
-		c.mu.Lock()
-		for _, k := range h.pods {
-			c.restore[k] = restoreNomination{node: h.node.Name, until: now.Add(settleAfterReady)}
-		}
-		c.mu.Unlock()
+		c.renominations.add(h.pods, h.node.Name, now.Add(settleAfterReady))
 		logger.Info("Released a launched node: it takes pods now", "node", h.node.Name, "pods", h.pods)
 	}
 }

@@ -80,11 +80,11 @@ func (e *env) clearNomination(c *Controller, pod string) {
 // handled the clear, including any nomination it writes again.
 func (e *env) clearNominationHandled(c *Controller, pod string) {
 	e.t.Helper()
-	c.renominating.Wait()
-	n := c.clearsHandled.Load()
+	c.renominations.writing.Wait()
+	n := c.renominations.handled.Load()
 	e.clearNomination(c, pod)
-	waitFor(e.t, func() bool { return c.clearsHandled.Load() > n })
-	c.renominating.Wait()
+	waitFor(e.t, func() bool { return c.renominations.handled.Load() > n })
+	c.renominations.writing.Wait()
 }
 
 // taints returns the node's taint keys as the API server has them.
