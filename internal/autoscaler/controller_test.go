@@ -41,6 +41,7 @@ type fakeProvider struct {
 	deleted   []string
 	recorded  [][]string // SetPlannedPods calls' pods
 	recordErr error      // SetPlannedPods fails with it
+	launchErr error      // Launch fails with it
 	// nodeName, when set, names the node launched for a request otherwise than the request
 	// (as EC2 does: the private DNS name), and the instance carries RequestNameAnnotation.
 	nodeName func(NodeRequest) string
@@ -55,6 +56,9 @@ func (p *fakeProvider) Name() string { return "fake" }
 func (p *fakeProvider) Launch(_ context.Context, r NodeRequest) (Instance, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.launchErr != nil {
+		return Instance{}, p.launchErr
+	}
 	for _, in := range p.instances {
 		if in.Name == r.Name || in.Annotations[RequestNameAnnotation] == r.Name {
 			return in, nil
@@ -813,5 +817,39 @@ func TestRestartCountsAPodOnItsLatestPlannedNode(t *testing.T) {
 	want := "Normal TriggeredScaleUp node node-a (inf1.xlarge), already launching, will take the pod: no new node"
 	if ev := events(rec); !slices.Contains(ev, want) {
 		t.Errorf("events %q, want y on node-a: %q", ev, want)
+	}
+}
+
+// TestControllerLaunchFailure: a launch the provider refuses is told to the pod (FailedScaleUp,
+// counted), the pod is not nominated, and the next round launches its node.
+func TestControllerLaunchFailure(t *testing.T) {
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e.provider.launchErr = errors.New("InsufficientInstanceCapacity")
+	c, rec := e.controller()
+	round(t, c)
+	name := NodeName("inf1.xlarge", []string{"default/a"})
+	want := "Warning FailedScaleUp launching a inf1.xlarge node (" + name + ") for the pod failed: InsufficientInstanceCapacity. It is tried again at the next round"
+	if ev := events(rec); !slices.Equal(ev, []string{want}) {
+		t.Errorf("events %q, want %q", ev, want)
+	}
+	if n := metricValue(t, c.metrics.decisions.WithLabelValues(ReasonFailedScaleUp)); n != 1 {
+		t.Errorf("decisions{FailedScaleUp} %v, want 1", n)
+	}
+	if got := e.nominated("a"); got != "" {
+		t.Errorf("pod a nominated to %q, want no nomination to a node that was not launched", got)
+	}
+	if got := c.fleet.in(phaseLaunching); len(got) != 0 {
+		t.Errorf("launching %v, want none", got)
+	}
+
+	e.provider.mu.Lock()
+	e.provider.launchErr = nil
+	e.provider.mu.Unlock()
+	round(t, c)
+	if got := e.provider.launched(); len(got) != 1 || got[0].Name != name {
+		t.Errorf("launches %+v, want %s once the provider launches again", got, name)
+	}
+	if got := e.nominated("a"); got != name {
+		t.Errorf("pod a nominated to %q, want %s", got, name)
 	}
 }
