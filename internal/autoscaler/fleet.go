@@ -151,19 +151,6 @@ func (f *fleet) in(p phase) []string {
 	return out
 }
 
-// cordoned returns the names of the nodes this controller cordoned and has neither removed nor
-// uncordoned yet, sorted.
-func (f *fleet) cordoned() []string {
-	var out []string
-	f.each(func(name string, r *nodeRecord) {
-		if r.cordoned {
-			out = append(out, name)
-		}
-	})
-	slices.Sort(out)
-	return out
-}
-
 // rename moves a Launching node's record to the name the provider lists it under now, with
 // the pods planned onto either name. The record under the new name, if any, gives way.
 func (f *fleet) rename(from, to string) {

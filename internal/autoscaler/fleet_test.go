@@ -56,3 +56,16 @@ func TestFleetRename(t *testing.T) {
 		t.Errorf("launching %v, want ip-10-0-0-1 only", got)
 	}
 }
+
+// cordoned returns the names of the nodes this controller cordoned and has neither removed nor
+// uncordoned yet, sorted.
+func (f *fleet) cordoned() []string {
+	var out []string
+	f.each(func(name string, r *nodeRecord) {
+		if r.cordoned {
+			out = append(out, name)
+		}
+	})
+	slices.Sort(out)
+	return out
+}
