@@ -29,6 +29,7 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -173,16 +174,16 @@ func (c *clock) Add(d time.Duration) {
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // pendingPod marks a test pod as the scheduler leaves an unschedulable one.
-func pendingPod(b *podBuilder) *corev1.Pod {
-	p := b.obj()
+func pendingPod(b *testkit.PodWrapper) *corev1.Pod {
+	p := b.Obj()
 	p.Status.Phase = corev1.PodPending
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
 	return p
 }
 
 // boundPod is a running pod on a node.
-func boundPod(b *podBuilder, node string) *corev1.Pod {
-	p := b.obj()
+func boundPod(b *testkit.PodWrapper, node string) *corev1.Pod {
+	p := b.Obj()
 	p.Spec.NodeName = node
 	p.Status.Phase = corev1.PodRunning
 	return p
@@ -269,7 +270,7 @@ func hasEvent(events []string, prefix string) bool {
 }
 
 func TestControllerLaunchesOneNode(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, rec := e.controller()
 	round(t, c)
 	got := e.provider.launched()
@@ -335,8 +336,8 @@ func TestControllerLaunchesOneNode(t *testing.T) {
 
 func TestControllerBatchPacksPods(t *testing.T) {
 	e := newEnv(t, devicePlugin,
-		pendingPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1")),
-		pendingPod(testPod("b").devices(4).selector(labels.InstanceFamily, "trn1")))
+		pendingPod(testPod("a").Neuron(4).Selector(labels.InstanceFamily, "trn1")),
+		pendingPod(testPod("b").Neuron(4).Selector(labels.InstanceFamily, "trn1")))
 	c, rec := e.controller()
 	round(t, c)
 	got := e.provider.launched()
@@ -352,7 +353,7 @@ func TestControllerBatchPacksPods(t *testing.T) {
 	}
 
 	// A new pod that fits beside them goes on the launching node, and stays there.
-	if _, err := e.client.CoreV1().Pods("default").Create(context.Background(), pendingPod(testPod("c").devices(4).selector(labels.InstanceFamily, "trn1")), metav1.CreateOptions{}); err != nil {
+	if _, err := e.client.CoreV1().Pods("default").Create(context.Background(), pendingPod(testPod("c").Neuron(4).Selector(labels.InstanceFamily, "trn1")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { _, err := c.pods.Pods("default").Get("c"); return err == nil })
@@ -374,7 +375,7 @@ func (e *env) createPod(c *Controller, pod *corev1.Pod) {
 
 func TestControllerRecordsPodsAddedToALaunchingNode(t *testing.T) {
 	trn1Pod := func(name string, devices int) *corev1.Pod {
-		return pendingPod(testPod(name).devices(devices).selector(labels.InstanceFamily, "trn1"))
+		return pendingPod(testPod(name).Neuron(int64(devices)).Selector(labels.InstanceFamily, "trn1"))
 	}
 	e := newEnv(t, devicePlugin, trn1Pod("a", 4), trn1Pod("b", 4))
 	c, _ := e.controller()
@@ -422,12 +423,12 @@ func TestControllerRecordsPodsAddedToALaunchingNode(t *testing.T) {
 }
 
 func TestControllerRecordingPlannedPodsFails(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1")))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(4).Selector(labels.InstanceFamily, "trn1")))
 	c, rec := e.controller()
 	round(t, c)
 	events(rec)
 	e.provider.recordErr = errors.New("the API is down")
-	e.createPod(c, pendingPod(testPod("b").devices(4).selector(labels.InstanceFamily, "trn1")))
+	e.createPod(c, pendingPod(testPod("b").Neuron(4).Selector(labels.InstanceFamily, "trn1")))
 	round(t, c)
 	round(t, c)
 	// The controller keeps b on the node in memory: no second node, no new kind of event, and
@@ -452,7 +453,7 @@ func TestControllerRecordingPlannedPodsFails(t *testing.T) {
 }
 
 func TestControllerRefusals(t *testing.T) {
-	e := newEnv(t, pendingPod(testPod("plugin").devices(1)), pendingPod(testPod("taint").devices(1).tolerations()))
+	e := newEnv(t, pendingPod(testPod("plugin").Neuron(1)), pendingPod(testPod("taint").Neuron(1).Tolerations()))
 	c, rec := e.controller()
 	round(t, c)
 	if got := e.provider.launched(); len(got) != 0 {
@@ -482,7 +483,7 @@ func TestControllerRefusals(t *testing.T) {
 }
 
 func TestControllerLimitsAndFamilies(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1")))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(4).Selector(labels.InstanceFamily, "trn1")))
 	c, rec := e.controller(func(o *ControllerOptions) { o.Families = []string{"inf1"} })
 	round(t, c)
 	if got := e.provider.launched(); len(got) != 0 {
@@ -497,7 +498,7 @@ func TestControllerLimitsAndFamilies(t *testing.T) {
 }
 
 func TestControllerDryRun(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)), launchedNode("neuron-old-abc", "inf1.xlarge", t0.Add(-time.Hour)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)), launchedNode("neuron-old-abc", "inf1.xlarge", t0.Add(-time.Hour)))
 	c, rec := e.controller(func(o *ControllerOptions) { o.DryRun = true })
 	round(t, c)
 	e.clock.Add(time.Hour)
@@ -528,7 +529,7 @@ func TestControllerDryRun(t *testing.T) {
 
 // dsPod is a DaemonSet's pod on the node.
 func dsPod(name, node string) *corev1.Pod {
-	p := boundPod(testPod(name).container("plugin", "cpu", 1), node)
+	p := boundPod(testPod(name).DefaultedContainer("plugin", "cpu", 1), node)
 	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "neuron-device-plugin", UID: "ds", Controller: ptr.To(true)}}
 	return p
 }
@@ -536,22 +537,22 @@ func dsPod(name, node string) *corev1.Pod {
 func TestControllerScaleDown(t *testing.T) {
 	// On neuron-empty-abc only pods that go with the node: a DaemonSet's, a mirror pod and
 	// pods that have finished.
-	mirror := boundPod(testPod("static").container("c", "cpu", 1), "neuron-empty-abc")
+	mirror := boundPod(testPod("static").DefaultedContainer("c", "cpu", 1), "neuron-empty-abc")
 	mirror.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
-	done, failed := boundPod(testPod("done").devices(1), "neuron-empty-abc"), boundPod(testPod("failed").container("c", "cpu", 1), "neuron-empty-abc")
+	done, failed := boundPod(testPod("done").Neuron(1), "neuron-empty-abc"), boundPod(testPod("failed").DefaultedContainer("c", "cpu", 1), "neuron-empty-abc")
 	done.Status.Phase, failed.Status.Phase = corev1.PodSucceeded, corev1.PodFailed
 	objs := []runtime.Object{
 		launchedNode("neuron-empty-abc", "inf1.xlarge", t0.Add(-time.Hour)),
 		dsPod("plugin-x", "neuron-empty-abc"), mirror, done, failed,
 		launchedNode("neuron-busy-abc", "inf1.xlarge", t0.Add(-time.Hour)),
-		boundPod(testPod("work").devices(1), "neuron-busy-abc"),
+		boundPod(testPod("work").Neuron(1), "neuron-busy-abc"),
 		launchedNode("neuron-claim-abc", "inf1.xlarge", t0.Add(-time.Hour)),
 		draPod(boundPod(testPod("dra"), "neuron-claim-abc"), "neurons"),
 		draTemplate("neurons", 1),
 		// A pod that asks for no Neuron hardware keeps the node too: nothing is evicted, and
 		// removing the node would kill it.
 		launchedNode("neuron-cpu-abc", "inf1.xlarge", t0.Add(-time.Hour)),
-		boundPod(testPod("cpu-only").container("c", "cpu", 1), "neuron-cpu-abc"),
+		boundPod(testPod("cpu-only").DefaultedContainer("c", "cpu", 1), "neuron-cpu-abc"),
 	}
 	other := launchedNode("someone-elses-abc", "inf1.xlarge", t0.Add(-time.Hour))
 	delete(other.Labels, LaunchedByLabel)
@@ -620,7 +621,7 @@ func TestControllerDRAPod(t *testing.T) {
 }
 
 func TestControllerNodeThatNeverRegisters(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, rec := e.controller()
 	round(t, c)
 	first := e.provider.launched()[0].Name
@@ -645,7 +646,7 @@ func TestControllerNodeThatNeverRegisters(t *testing.T) {
 }
 
 func TestControllerNodeSettles(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	name := e.provider.launched()[0].Name
@@ -696,7 +697,7 @@ func TestControllerRun(t *testing.T) {
 	waitFor(t, func() bool { return c.synced.Load() })
 	// b arrives once a has started the batch, within its window.
 	for _, name := range []string{"a", "b"} {
-		p, err := e.client.CoreV1().Pods("default").Create(ctx, pendingPod(testPod(name).devices(4).selector(labels.InstanceFamily, "trn1")), metav1.CreateOptions{})
+		p, err := e.client.CoreV1().Pods("default").Create(ctx, pendingPod(testPod(name).Neuron(4).Selector(labels.InstanceFamily, "trn1")), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -769,7 +770,7 @@ func metricValue(t *testing.T, c prometheus.Collector) float64 {
 // is logged and the round launches nothing; the controller keeps serving, and the next round
 // plans again.
 func TestPlannerPanicSkipsTheRound(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	c.plan = func([]plan.PodDemand, []plan.NodeOption, plan.Options) (plan.ScaleUp, []plan.Decision) {
 		panic("autoscaler planner: pod default/a was put on a inf1.xlarge node where it does not fit")
@@ -794,8 +795,8 @@ func TestPlannerPanicSkipsTheRound(t *testing.T) {
 // kube-neuron.io/planned-node annotation says: counted on both, A looked full and a third node
 // was launched for y.
 func TestRestartCountsAPodOnItsLatestPlannedNode(t *testing.T) {
-	inf1Pod := func(name string) *podBuilder {
-		return testPod(name).devices(1).selector(labels.InstanceType, "inf1.xlarge")
+	inf1Pod := func(name string) *testkit.PodWrapper {
+		return testPod(name).Neuron(1).Selector(labels.InstanceType, "inf1.xlarge")
 	}
 	x := pendingPod(inf1Pod("x"))
 	x.Annotations = map[string]string{PlannedNodeAnnotation: "node-b"}
@@ -823,7 +824,7 @@ func TestRestartCountsAPodOnItsLatestPlannedNode(t *testing.T) {
 // TestControllerLaunchFailure: a launch the provider refuses is told to the pod (FailedScaleUp,
 // counted), the pod is not nominated, and the next round launches its node.
 func TestControllerLaunchFailure(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	e.provider.launchErr = errors.New("InsufficientInstanceCapacity")
 	c, rec := e.controller()
 	round(t, c)

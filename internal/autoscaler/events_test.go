@@ -14,7 +14,7 @@ import (
 // decision, whatever the number of its problems; the same decision is not told again within
 // eventInterval; a changed one is told at once, also when it changes back to an earlier one.
 func TestControllerOneEventPerDecision(t *testing.T) {
-	e := newEnv(t, pendingPod(testPod("p").devices(1).tolerations()))
+	e := newEnv(t, pendingPod(testPod("p").Neuron(1).Tolerations()))
 	c, rec := e.controller()
 	both := "Warning NotTriggerScaleUp 2 problems: (1) " + msgToleration + "; (2) " + plan.MessageDevicePluginRequired
 	tolerationOnly := "Warning NotTriggerScaleUp " + msgToleration

@@ -23,7 +23,7 @@ func (e *env) nominated(pod string) string {
 // the node registers under, and the event names both.
 func TestControllerNominatesToTheRegisteredName(t *testing.T) {
 	const node = "ip-10-0-0-12.ec2.internal"
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	e.provider.nodeName = func(NodeRequest) string { return node }
 	c, rec := e.controller()
 	round(t, c)
@@ -70,7 +70,7 @@ func TestControllerNominatesToTheRegisteredName(t *testing.T) {
 // node, not two, and the pods are nominated to the new name.
 func TestControllerFollowsARenamedNode(t *testing.T) {
 	const node = "ip-10-0-0-7.ec2.internal"
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	requested := NodeName("inf1.xlarge", []string{"default/a"})

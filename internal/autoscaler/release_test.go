@@ -119,7 +119,7 @@ func actionIndex(actions []clienttesting.Action, verb, resource, subresource, na
 // pods again (the scheduler cleared the nomination, as it does when it fails to place a pod whose
 // node is not up) and only then removes the taint.
 func TestControllerReleasesANodeOnceItsPodsAreNominated(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
@@ -177,7 +177,7 @@ func TestControllerReleasesANodeOnceItsPodsAreNominated(t *testing.T) {
 // apart at worst). A node that advertises whole devices but not yet the cores its pod asks for is
 // held: released then, the scheduler would turn the pod away and place it elsewhere.
 func TestControllerHoldsANodeUntilItAdvertisesWhatItsPodsAskFor(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").cores(2)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").NeuronCores(2)))
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
@@ -203,8 +203,8 @@ func TestControllerHoldsANodeUntilItAdvertisesWhatItsPodsAskFor(t *testing.T) {
 func twoLaunchingNodes(t *testing.T) (e *env, c *Controller, a, b string) {
 	t.Helper()
 	e = newEnv(t, devicePlugin,
-		pendingPod(testPod("a").devices(1).selector(labels.InstanceType, "inf1.xlarge")),
-		pendingPod(testPod("b").devices(1).selector(labels.InstanceType, "inf2.xlarge")))
+		pendingPod(testPod("a").Neuron(1).Selector(labels.InstanceType, "inf1.xlarge")),
+		pendingPod(testPod("b").Neuron(1).Selector(labels.InstanceType, "inf2.xlarge")))
 	c, _ = e.controller()
 	round(t, c)
 	return e, c, NodeName("inf1.xlarge", []string{"default/a"}), NodeName("inf2.xlarge", []string{"default/b"})
@@ -274,7 +274,7 @@ func TestControllerReleasesANodeWhosePodsAreGone(t *testing.T) {
 	}
 
 	// a is deleted before its node serves: the node is released as soon as it serves.
-	e2 := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e2 := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c2, _ := e2.controller()
 	round(t, c2)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
@@ -292,7 +292,7 @@ func TestControllerReleasesANodeWhosePodsAreGone(t *testing.T) {
 // TestControllerRestartedReleasesAHeldNode: a restarted controller knows the node's pods from
 // its planned-pods annotation, nominates them and releases the node.
 func TestControllerRestartedReleasesAHeldNode(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
@@ -311,7 +311,7 @@ func TestControllerRestartedReleasesAHeldNode(t *testing.T) {
 // TestControllerReleasesDespiteFailedNominations: a node whose pods cannot be nominated is held
 // for releaseWait, then released.
 func TestControllerReleasesDespiteFailedNominations(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
@@ -382,7 +382,7 @@ func TestControllerHoldsADRANodeUntilItsDevicesArePublished(t *testing.T) {
 // whose node is still held is not nominated again between rounds (the scheduler would clear it
 // at each attempt).
 func TestControllerNominatesAgainWhenTheSchedulerClears(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
@@ -420,7 +420,7 @@ func TestControllerNominatesAgainWhenTheSchedulerClears(t *testing.T) {
 // them; offered on both, they would be planned again, and a node launched for them, every round.
 func TestControllerOffersAMovedPodOnItsNewNodeOnly(t *testing.T) {
 	trn1Pod := func(name string, devices int) *corev1.Pod {
-		return pendingPod(testPod(name).devices(devices).selector(labels.InstanceFamily, "trn1"))
+		return pendingPod(testPod(name).Neuron(int64(devices)).Selector(labels.InstanceFamily, "trn1"))
 	}
 	e := newEnv(t, devicePlugin, trn1Pod("a", 8), trn1Pod("b", 8))
 	c, _ := e.controller()
@@ -432,7 +432,7 @@ func TestControllerOffersAMovedPodOnItsNewNodeOnly(t *testing.T) {
 	x := first[0].Name
 	e.putNode(c, heldNode(x, "trn1.32xlarge", t0, false))
 	// The scheduler put c, 16 devices, on x: a and b no longer fit there.
-	e.createPod(c, boundPod(testPod("c").devices(16).selector(labels.InstanceFamily, "trn1"), x))
+	e.createPod(c, boundPod(testPod("c").Neuron(16).Selector(labels.InstanceFamily, "trn1"), x))
 	round(t, c)
 	if got := e.provider.launched(); len(got) != 2 {
 		t.Fatalf("launches %+v, want a second node for a and b", got)
@@ -456,14 +456,14 @@ func TestControllerOffersAMovedPodOnItsNewNodeOnly(t *testing.T) {
 // it was, not also as a bound one: counted twice, it has no room beside itself and gets a node of
 // its own.
 func TestControllerCountsAPodBoundMidRoundOnce(t *testing.T) {
-	pending := pendingPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1"))
+	pending := pendingPod(testPod("a").Neuron(4).Selector(labels.InstanceFamily, "trn1"))
 	e := newEnv(t, devicePlugin, pending)
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("trn1.32xlarge", []string{"default/a"})
 	e.putNode(c, heldNode(node, "trn1.32xlarge", t0, true))
 	listed := map[string]plan.PodDemand{"default/a": plan.NewPodDemand(pending, nil)} // as the round listed it
-	bound := boundPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1"), node)
+	bound := boundPod(testPod("a").Neuron(4).Selector(labels.InstanceFamily, "trn1"), node)
 	if _, err := e.client.CoreV1().Pods("default").Update(context.Background(), bound, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -520,9 +520,9 @@ func TestControllerReleasesTheFirstPodsNodeFirst(t *testing.T) {
 		{name: "same second, by name", createdB: t0, first: "a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := pendingPod(testPod("a").devices(1).selector(labels.InstanceType, "inf1.xlarge"))
+			a := pendingPod(testPod("a").Neuron(1).Selector(labels.InstanceType, "inf1.xlarge"))
 			a.CreationTimestamp, a.Spec.Priority = metav1.NewTime(t0), ptr.To(tc.prioA)
-			b := pendingPod(testPod("b").devices(1).selector(labels.InstanceType, "inf2.xlarge"))
+			b := pendingPod(testPod("b").Neuron(1).Selector(labels.InstanceType, "inf2.xlarge"))
 			b.CreationTimestamp, b.Spec.Priority = metav1.NewTime(tc.createdB), ptr.To(tc.prioB)
 			e := newEnv(t, devicePlugin, a, b)
 			c, _ := e.controller()
