@@ -27,7 +27,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -40,6 +42,7 @@ type fakeProvider struct {
 	deleted   []string
 	recorded  [][]string // SetPlannedPods calls' pods
 	recordErr error      // SetPlannedPods fails with it
+	launchErr error      // Launch fails with it
 	// nodeName, when set, names the node launched for a request otherwise than the request
 	// (as EC2 does: the private DNS name), and the instance carries RequestNameAnnotation.
 	nodeName func(NodeRequest) string
@@ -54,6 +57,9 @@ func (p *fakeProvider) Name() string { return "fake" }
 func (p *fakeProvider) Launch(_ context.Context, r NodeRequest) (Instance, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.launchErr != nil {
+		return Instance{}, p.launchErr
+	}
 	for _, in := range p.instances {
 		if in.Name == r.Name || in.Annotations[RequestNameAnnotation] == r.Name {
 			return in, nil
@@ -168,16 +174,16 @@ func (c *clock) Add(d time.Duration) {
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // pendingPod marks a test pod as the scheduler leaves an unschedulable one.
-func pendingPod(b *podBuilder) *corev1.Pod {
-	p := b.obj()
+func pendingPod(b *testkit.PodWrapper) *corev1.Pod {
+	p := b.Obj()
 	p.Status.Phase = corev1.PodPending
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
 	return p
 }
 
 // boundPod is a running pod on a node.
-func boundPod(b *podBuilder, node string) *corev1.Pod {
-	p := b.obj()
+func boundPod(b *testkit.PodWrapper, node string) *corev1.Pod {
+	p := b.Obj()
 	p.Spec.NodeName = node
 	p.Status.Phase = corev1.PodRunning
 	return p
@@ -194,7 +200,7 @@ var devicePlugin = daemonSet("neuron-device-plugin", nil)
 // launchedNode is a Ready node the autoscaler launched, Ready since readySince.
 func launchedNode(name, instanceType string, readySince time.Time) *corev1.Node {
 	it, _ := topology.DefaultCatalog().Lookup(instanceType)
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: NewNodeLabels(it, labels.AllocationModeDevicePlugin)}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: plan.NewNodeLabels(it, labels.AllocationModeDevicePlugin)}}
 	n.Labels[LaunchedByLabel] = LaunchedByValue
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(readySince)}}
 	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceName(topology.ResourceNeuron): qty(it.Devices)}
@@ -264,7 +270,7 @@ func hasEvent(events []string, prefix string) bool {
 }
 
 func TestControllerLaunchesOneNode(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, rec := e.controller()
 	round(t, c)
 	got := e.provider.launched()
@@ -285,7 +291,7 @@ func TestControllerLaunchesOneNode(t *testing.T) {
 		t.Errorf("planned pods %q, want default/a", r.Annotations[PlannedPodsAnnotation])
 	}
 	// The launching taint holds pods off the node until the controller releases it.
-	if !slices.Equal(r.Taints, []corev1.Taint{NeuronTaint(), LaunchingTaint()}) {
+	if !slices.Equal(r.Taints, []corev1.Taint{plan.NeuronTaint(), LaunchingTaint()}) {
 		t.Errorf("taints %v, want the Neuron taint and the launching taint", r.Taints)
 	}
 	// The pod is nominated to its node, so that the scheduler keeps the node's room for it.
@@ -330,8 +336,8 @@ func TestControllerLaunchesOneNode(t *testing.T) {
 
 func TestControllerBatchPacksPods(t *testing.T) {
 	e := newEnv(t, devicePlugin,
-		pendingPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1")),
-		pendingPod(testPod("b").devices(4).selector(labels.InstanceFamily, "trn1")))
+		pendingPod(testPod("a").Neuron(4).Selector(labels.InstanceFamily, "trn1")),
+		pendingPod(testPod("b").Neuron(4).Selector(labels.InstanceFamily, "trn1")))
 	c, rec := e.controller()
 	round(t, c)
 	got := e.provider.launched()
@@ -347,7 +353,7 @@ func TestControllerBatchPacksPods(t *testing.T) {
 	}
 
 	// A new pod that fits beside them goes on the launching node, and stays there.
-	if _, err := e.client.CoreV1().Pods("default").Create(context.Background(), pendingPod(testPod("c").devices(4).selector(labels.InstanceFamily, "trn1")), metav1.CreateOptions{}); err != nil {
+	if _, err := e.client.CoreV1().Pods("default").Create(context.Background(), pendingPod(testPod("c").Neuron(4).Selector(labels.InstanceFamily, "trn1")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { _, err := c.pods.Pods("default").Get("c"); return err == nil })
@@ -369,7 +375,7 @@ func (e *env) createPod(c *Controller, pod *corev1.Pod) {
 
 func TestControllerRecordsPodsAddedToALaunchingNode(t *testing.T) {
 	trn1Pod := func(name string, devices int) *corev1.Pod {
-		return pendingPod(testPod(name).devices(devices).selector(labels.InstanceFamily, "trn1"))
+		return pendingPod(testPod(name).Neuron(int64(devices)).Selector(labels.InstanceFamily, "trn1"))
 	}
 	e := newEnv(t, devicePlugin, trn1Pod("a", 4), trn1Pod("b", 4))
 	c, _ := e.controller()
@@ -417,12 +423,12 @@ func TestControllerRecordsPodsAddedToALaunchingNode(t *testing.T) {
 }
 
 func TestControllerRecordingPlannedPodsFails(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1")))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(4).Selector(labels.InstanceFamily, "trn1")))
 	c, rec := e.controller()
 	round(t, c)
 	events(rec)
 	e.provider.recordErr = errors.New("the API is down")
-	e.createPod(c, pendingPod(testPod("b").devices(4).selector(labels.InstanceFamily, "trn1")))
+	e.createPod(c, pendingPod(testPod("b").Neuron(4).Selector(labels.InstanceFamily, "trn1")))
 	round(t, c)
 	round(t, c)
 	// The controller keeps b on the node in memory: no second node, no new kind of event, and
@@ -447,7 +453,7 @@ func TestControllerRecordingPlannedPodsFails(t *testing.T) {
 }
 
 func TestControllerRefusals(t *testing.T) {
-	e := newEnv(t, pendingPod(testPod("plugin").devices(1)), pendingPod(testPod("taint").devices(1).tolerations()))
+	e := newEnv(t, pendingPod(testPod("plugin").Neuron(1)), pendingPod(testPod("taint").Neuron(1).Tolerations()))
 	c, rec := e.controller()
 	round(t, c)
 	if got := e.provider.launched(); len(got) != 0 {
@@ -455,13 +461,13 @@ func TestControllerRefusals(t *testing.T) {
 	}
 	// One event per pod: the taint pod's two problems in one message.
 	want := []string{
-		"Warning NotTriggerScaleUp " + MessageDevicePluginRequired,
-		"Warning NotTriggerScaleUp 2 problems: (1) " + msgToleration + "; (2) " + MessageDevicePluginRequired,
+		"Warning NotTriggerScaleUp " + plan.MessageDevicePluginRequired,
+		"Warning NotTriggerScaleUp 2 problems: (1) " + msgToleration + "; (2) " + plan.MessageDevicePluginRequired,
 	}
 	if ev := events(rec); !slices.Equal(ev, want) {
 		t.Errorf("events\n%q\nwant\n%q", ev, want)
 	}
-	if n := metricValue(t, c.metrics.decisions.WithLabelValues(ReasonNotTriggerScaleUp)); n != 2 {
+	if n := metricValue(t, c.metrics.decisions.WithLabelValues(plan.ReasonNotTriggerScaleUp)); n != 2 {
 		t.Errorf("decisions{NotTriggerScaleUp} %v, want 2 (one per pod)", n)
 	}
 	// The same messages are not repeated within five minutes, then they are.
@@ -477,7 +483,7 @@ func TestControllerRefusals(t *testing.T) {
 }
 
 func TestControllerLimitsAndFamilies(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1")))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(4).Selector(labels.InstanceFamily, "trn1")))
 	c, rec := e.controller(func(o *ControllerOptions) { o.Families = []string{"inf1"} })
 	round(t, c)
 	if got := e.provider.launched(); len(got) != 0 {
@@ -492,7 +498,7 @@ func TestControllerLimitsAndFamilies(t *testing.T) {
 }
 
 func TestControllerDryRun(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)), launchedNode("neuron-old-abc", "inf1.xlarge", t0.Add(-time.Hour)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)), launchedNode("neuron-old-abc", "inf1.xlarge", t0.Add(-time.Hour)))
 	c, rec := e.controller(func(o *ControllerOptions) { o.DryRun = true })
 	round(t, c)
 	e.clock.Add(time.Hour)
@@ -523,7 +529,7 @@ func TestControllerDryRun(t *testing.T) {
 
 // dsPod is a DaemonSet's pod on the node.
 func dsPod(name, node string) *corev1.Pod {
-	p := boundPod(testPod(name).container("plugin", "cpu", 1), node)
+	p := boundPod(testPod(name).DefaultedContainer("plugin", "cpu", 1), node)
 	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "neuron-device-plugin", UID: "ds", Controller: ptr.To(true)}}
 	return p
 }
@@ -531,22 +537,22 @@ func dsPod(name, node string) *corev1.Pod {
 func TestControllerScaleDown(t *testing.T) {
 	// On neuron-empty-abc only pods that go with the node: a DaemonSet's, a mirror pod and
 	// pods that have finished.
-	mirror := boundPod(testPod("static").container("c", "cpu", 1), "neuron-empty-abc")
+	mirror := boundPod(testPod("static").DefaultedContainer("c", "cpu", 1), "neuron-empty-abc")
 	mirror.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
-	done, failed := boundPod(testPod("done").devices(1), "neuron-empty-abc"), boundPod(testPod("failed").container("c", "cpu", 1), "neuron-empty-abc")
+	done, failed := boundPod(testPod("done").Neuron(1), "neuron-empty-abc"), boundPod(testPod("failed").DefaultedContainer("c", "cpu", 1), "neuron-empty-abc")
 	done.Status.Phase, failed.Status.Phase = corev1.PodSucceeded, corev1.PodFailed
 	objs := []runtime.Object{
 		launchedNode("neuron-empty-abc", "inf1.xlarge", t0.Add(-time.Hour)),
 		dsPod("plugin-x", "neuron-empty-abc"), mirror, done, failed,
 		launchedNode("neuron-busy-abc", "inf1.xlarge", t0.Add(-time.Hour)),
-		boundPod(testPod("work").devices(1), "neuron-busy-abc"),
+		boundPod(testPod("work").Neuron(1), "neuron-busy-abc"),
 		launchedNode("neuron-claim-abc", "inf1.xlarge", t0.Add(-time.Hour)),
 		draPod(boundPod(testPod("dra"), "neuron-claim-abc"), "neurons"),
 		draTemplate("neurons", 1),
 		// A pod that asks for no Neuron hardware keeps the node too: nothing is evicted, and
 		// removing the node would kill it.
 		launchedNode("neuron-cpu-abc", "inf1.xlarge", t0.Add(-time.Hour)),
-		boundPod(testPod("cpu-only").container("c", "cpu", 1), "neuron-cpu-abc"),
+		boundPod(testPod("cpu-only").DefaultedContainer("c", "cpu", 1), "neuron-cpu-abc"),
 	}
 	other := launchedNode("someone-elses-abc", "inf1.xlarge", t0.Add(-time.Hour))
 	delete(other.Labels, LaunchedByLabel)
@@ -594,7 +600,7 @@ func draTemplate(name string, count int64) *resourcev1.ResourceClaimTemplate {
 	return &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
-			Name: "neurons", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: count},
+			Name: "neurons", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: plan.DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: count},
 		}}}}},
 	}
 }
@@ -605,7 +611,7 @@ func draPod(p *corev1.Pod, template string) *corev1.Pod {
 }
 
 func TestControllerDRAPod(t *testing.T) {
-	e := newEnv(t, daemonSet("dra", map[string]string{"app": DRADriverName}), draTemplate("four", 4), draPod(pendingPod(testPod("a")), "four"))
+	e := newEnv(t, daemonSet("dra", map[string]string{"app": plan.DRADriverName}), draTemplate("four", 4), draPod(pendingPod(testPod("a")), "four"))
 	c, _ := e.controller()
 	round(t, c)
 	got := e.provider.launched()
@@ -615,7 +621,7 @@ func TestControllerDRAPod(t *testing.T) {
 }
 
 func TestControllerNodeThatNeverRegisters(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, rec := e.controller()
 	round(t, c)
 	first := e.provider.launched()[0].Name
@@ -640,7 +646,7 @@ func TestControllerNodeThatNeverRegisters(t *testing.T) {
 }
 
 func TestControllerNodeSettles(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	name := e.provider.launched()[0].Name
@@ -689,11 +695,17 @@ func TestControllerRun(t *testing.T) {
 		}
 	}()
 	waitFor(t, func() bool { return c.synced.Load() })
+	// b arrives once a has started the batch, within its window.
 	for _, name := range []string{"a", "b"} {
-		if _, err := e.client.CoreV1().Pods("default").Create(ctx, pendingPod(testPod(name).devices(4).selector(labels.InstanceFamily, "trn1")), metav1.CreateOptions{}); err != nil {
+		p, err := e.client.CoreV1().Pods("default").Create(ctx, pendingPod(testPod(name).Neuron(4).Selector(labels.InstanceFamily, "trn1")), metav1.CreateOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		waitFor(t, func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.seen[p.UID]
+		})
 	}
 	waitFor(t, func() bool { return len(e.provider.launched()) > 0 })
 	if got := e.provider.launched(); len(got) != 1 || got[0].Annotations[PlannedPodsAnnotation] != "default/a,default/b" {
@@ -701,7 +713,7 @@ func TestControllerRun(t *testing.T) {
 	}
 	waitFor(t, func() bool {
 		list, _ := e.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
-		return list != nil && slices.ContainsFunc(list.Items, func(ev corev1.Event) bool { return ev.Reason == ReasonTriggeredScaleUp })
+		return list != nil && slices.ContainsFunc(list.Items, func(ev corev1.Event) bool { return ev.Reason == plan.ReasonTriggeredScaleUp })
 	})
 	if _, err := e.client.CoordinationV1().Leases("kube-system").Get(ctx, LeaseName, metav1.GetOptions{}); err != nil {
 		t.Errorf("the Lease: %v", err)
@@ -758,9 +770,9 @@ func metricValue(t *testing.T, c prometheus.Collector) float64 {
 // is logged and the round launches nothing; the controller keeps serving, and the next round
 // plans again.
 func TestPlannerPanicSkipsTheRound(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
-	c.plan = func([]PodDemand, []NodeOption, Options) (ScaleUp, []Decision) {
+	c.plan = func([]plan.PodDemand, []plan.NodeOption, plan.Options) (plan.ScaleUp, []plan.Decision) {
 		panic("autoscaler planner: pod default/a was put on a inf1.xlarge node where it does not fit")
 	}
 	round(t, c)
@@ -770,7 +782,7 @@ func TestPlannerPanicSkipsTheRound(t *testing.T) {
 	if v := metricValue(t, c.metrics.decisions.WithLabelValues(reasonPlanningFailed)); v != 1 {
 		t.Errorf("PlanningFailed decisions %v, want 1", v)
 	}
-	c.plan = Plan
+	c.plan = plan.Plan
 	round(t, c)
 	if got := e.provider.launched(); len(got) != 1 {
 		t.Fatalf("launches %+v, want one once planning works", got)
@@ -783,15 +795,15 @@ func TestPlannerPanicSkipsTheRound(t *testing.T) {
 // kube-neuron.io/planned-node annotation says: counted on both, A looked full and a third node
 // was launched for y.
 func TestRestartCountsAPodOnItsLatestPlannedNode(t *testing.T) {
-	inf1Pod := func(name string) *podBuilder {
-		return testPod(name).devices(1).selector(labels.InstanceType, "inf1.xlarge")
+	inf1Pod := func(name string) *testkit.PodWrapper {
+		return testPod(name).Neuron(1).Selector(labels.InstanceType, "inf1.xlarge")
 	}
 	x := pendingPod(inf1Pod("x"))
 	x.Annotations = map[string]string{PlannedNodeAnnotation: "node-b"}
 	e := newEnv(t, devicePlugin, x, pendingPod(inf1Pod("y")))
 	it, _ := topology.DefaultCatalog().Lookup("inf1.xlarge")
 	for _, name := range []string{"node-a", "node-b"} {
-		lbls := NewNodeLabels(it, labels.AllocationModeDevicePlugin)
+		lbls := plan.NewNodeLabels(it, labels.AllocationModeDevicePlugin)
 		lbls[LaunchedByLabel] = LaunchedByValue
 		if _, err := e.provider.Launch(context.Background(), NodeRequest{Name: name, Type: it.Name, Mode: labels.AllocationModeDevicePlugin,
 			Labels: lbls, Annotations: map[string]string{PlannedPodsAnnotation: "default/x"}}); err != nil {
@@ -806,5 +818,39 @@ func TestRestartCountsAPodOnItsLatestPlannedNode(t *testing.T) {
 	want := "Normal TriggeredScaleUp node node-a (inf1.xlarge), already launching, will take the pod: no new node"
 	if ev := events(rec); !slices.Contains(ev, want) {
 		t.Errorf("events %q, want y on node-a: %q", ev, want)
+	}
+}
+
+// TestControllerLaunchFailure: a launch the provider refuses is told to the pod (FailedScaleUp,
+// counted), the pod is not nominated, and the next round launches its node.
+func TestControllerLaunchFailure(t *testing.T) {
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
+	e.provider.launchErr = errors.New("InsufficientInstanceCapacity")
+	c, rec := e.controller()
+	round(t, c)
+	name := NodeName("inf1.xlarge", []string{"default/a"})
+	want := "Warning FailedScaleUp launching a inf1.xlarge node (" + name + ") for the pod failed: InsufficientInstanceCapacity. It is tried again at the next round"
+	if ev := events(rec); !slices.Equal(ev, []string{want}) {
+		t.Errorf("events %q, want %q", ev, want)
+	}
+	if n := metricValue(t, c.metrics.decisions.WithLabelValues(ReasonFailedScaleUp)); n != 1 {
+		t.Errorf("decisions{FailedScaleUp} %v, want 1", n)
+	}
+	if got := e.nominated("a"); got != "" {
+		t.Errorf("pod a nominated to %q, want no nomination to a node that was not launched", got)
+	}
+	if got := c.fleet.in(phaseLaunching); len(got) != 0 {
+		t.Errorf("launching %v, want none", got)
+	}
+
+	e.provider.mu.Lock()
+	e.provider.launchErr = nil
+	e.provider.mu.Unlock()
+	round(t, c)
+	if got := e.provider.launched(); len(got) != 1 || got[0].Name != name {
+		t.Errorf("launches %+v, want %s once the provider launches again", got, name)
+	}
+	if got := e.nominated("a"); got != name {
+		t.Errorf("pod a nominated to %q, want %s", got, name)
 	}
 }

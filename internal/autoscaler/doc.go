@@ -1,34 +1,34 @@
-// Package autoscaler is the pure core of neuron-autoscaler (issue 7): which pending pods may
-// trigger a scale-up, and which Neuron nodes to launch for them. It makes no API calls; the
-// controller around it watches pods, DaemonSets and ResourceClaimTemplates, batches pending pods
-// over a short window, emits the events and launches the nodes.
+// Package autoscaler is the controller of neuron-autoscaler: it watches pending Neuron pods,
+// launches nodes for them through a Provider (local or ec2), lets each new node take pods once
+// it serves Neuron hardware, and removes the nodes it launched once they stay empty. What to
+// launch is decided by the pure planner in package plan (Check and Plan); this package does the
+// I/O around it: informers on pods, nodes, DaemonSets, ResourceClaims, ResourceClaimTemplates
+// and ResourceSlices; leader election on a Lease; the provider's API; patches of pods
+// (status.nominatedNodeName, PlannedNodeAnnotation) and of nodes (LaunchingTaint, the cordon);
+// deletes of nodes; events and metrics.
 //
-// Check applies seed 000's rules to one pending pod: the pod tolerates the Neuron taint
-// aws.amazon.com/neuron=true:NoSchedule, sets its Neuron resources in limits (equal to requests),
-// the device plugin DaemonSet (DRA pods: the DRA driver DaemonSet) is installed, its nodeSelector
-// and required node affinity allow a new Neuron node, and some instance type it allows can serve
-// its request under the topology rules. Every problem says what is wrong and how to fix it; the
-// controller tells a pod its problems in one NotTriggerScaleUp event.
+// The controller works in rounds (Controller.reconcile), one at a time, from one goroutine. A
+// round reads the caches and the provider, then:
 //
-// Plan chooses the nodes: it simulates each candidate node with the topology engine (the same
-// allocation.Plan the scheduler extender binds with, so a new node can always take the pods
-// planned onto it), fills nodes that are already launching first, packs several pods onto one
-// node where that is cheaper than one node per pod, and minimises the total hourly price from the
-// instance catalog. Types without a known price are launched only for pods that no priced type
-// can serve, and the event says so. Limits (nodes and devices in the cluster, allowed families)
-// always hold.
+//   - registration.go: which listed nodes are still launching, with the pods planned onto them,
+//     and which have registered; a node not Ready within the register timeout is deleted;
+//   - scaleup.go: the pending pods are checked and planned; every decision is an event on the
+//     pod, and a nomination of the pod to its node;
+//   - launch.go: the provider's listing (with the nodes it does not list yet, and those it
+//     renamed), each launch, and the pods later rounds add to a launching node, recorded
+//     through the provider;
+//   - release.go, releaserule.go: a launched node holds pods off with LaunchingTaint until the
+//     release rule (releaseRule) lets it take them;
+//   - scaledown.go: a launched node empty for the scale-down delay is cordoned, checked again
+//     and removed; nothing is ever evicted.
 //
-// New nodes carry NewNodeLabels and NeuronTaint: the instance type and family, amd64/linux and
-// kube-neuron.io/allocation-mode. A pod's nodeSelector or node affinity is evaluated against
-// exactly those labels.
+// Each node the controller launched or found launched has one record (fleet.go) with its
+// phase: Launching, Registered or Deleted, and the conditions the steps time (serving, released,
+// empty, cordoned). Pod-keyed state stays with the step that owns it: the pods that started a
+// batch (informers.go), the node the last plan put each pod on (controller.go), the nominations to
+// write again after a release (nominate.go), and the last event of each reason on each object
+// (events.go).
 //
-// Limitations of the DRA path: the caller resolves a pod's ResourceClaims and templates into
-// DRARequests (DRARequestsOf reads the ExactCount/All requests of the DeviceClass neuron.aws.com
-// and their CEL selectors) and evaluates the selectors against the devices a new node of each
-// type would publish (DeviceTemplates.Resolve). A DRA request is simulated as that many whole
-// devices on a node of allocation mode dra that its selectors allow, any subset: constraints
-// (matchAttribute on the devicegroup ids), which devices the selectors pick within a node,
-// firstAvailable alternatives beyond the first, opaque configs (LNC) and claims shared between
-// pods are not simulated, so a packed DRA node may, for such claims, not take every pod planned
-// onto it. UltraServer types (trn2u) are planned as single nodes.
+// election.go runs the loop (and the metrics server) under the Lease; informers.go starts the
+// caches and turns their changes into rounds; nodes.go reads a Node's conditions and taints.
 package autoscaler

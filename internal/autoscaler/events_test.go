@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -13,9 +14,9 @@ import (
 // decision, whatever the number of its problems; the same decision is not told again within
 // eventInterval; a changed one is told at once, also when it changes back to an earlier one.
 func TestControllerOneEventPerDecision(t *testing.T) {
-	e := newEnv(t, pendingPod(testPod("p").devices(1).tolerations()))
+	e := newEnv(t, pendingPod(testPod("p").Neuron(1).Tolerations()))
 	c, rec := e.controller()
-	both := "Warning NotTriggerScaleUp 2 problems: (1) " + msgToleration + "; (2) " + MessageDevicePluginRequired
+	both := "Warning NotTriggerScaleUp 2 problems: (1) " + msgToleration + "; (2) " + plan.MessageDevicePluginRequired
 	tolerationOnly := "Warning NotTriggerScaleUp " + msgToleration
 	steps := []struct {
 		name      string
@@ -41,7 +42,7 @@ func TestControllerOneEventPerDecision(t *testing.T) {
 		if got := events(rec); !slices.Equal(got, s.want) {
 			t.Errorf("%s: events\n%q\nwant\n%q", s.name, got, s.want)
 		}
-		if n := metricValue(t, c.metrics.decisions.WithLabelValues(ReasonNotTriggerScaleUp)); n != s.decisions {
+		if n := metricValue(t, c.metrics.decisions.WithLabelValues(plan.ReasonNotTriggerScaleUp)); n != s.decisions {
 			t.Errorf("%s: decisions{NotTriggerScaleUp} %v, want %v", s.name, n, s.decisions)
 		}
 	}

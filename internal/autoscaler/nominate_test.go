@@ -2,7 +2,6 @@ package autoscaler
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -24,7 +23,7 @@ func (e *env) nominated(pod string) string {
 // the node registers under, and the event names both.
 func TestControllerNominatesToTheRegisteredName(t *testing.T) {
 	const node = "ip-10-0-0-12.ec2.internal"
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	e.provider.nodeName = func(NodeRequest) string { return node }
 	c, rec := e.controller()
 	round(t, c)
@@ -71,7 +70,7 @@ func TestControllerNominatesToTheRegisteredName(t *testing.T) {
 // node, not two, and the pods are nominated to the new name.
 func TestControllerFollowsARenamedNode(t *testing.T) {
 	const node = "ip-10-0-0-7.ec2.internal"
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	requested := NodeName("inf1.xlarge", []string{"default/a"})
@@ -90,8 +89,8 @@ func TestControllerFollowsARenamedNode(t *testing.T) {
 	if len(insts) != 1 || insts[0].Name != node {
 		t.Errorf("instances %+v, want the one node, named %s", insts, node)
 	}
-	if _, ok := c.tracked[node]; !ok || len(c.tracked) != 1 {
-		t.Errorf("tracked %v, want %s only", slices.Collect(maps.Keys(c.tracked)), node)
+	if got := c.fleet.in(phaseLaunching); !slices.Equal(got, []string{node}) {
+		t.Errorf("launching %v, want %s only", got, node)
 	}
 	if got := e.nominated("a"); got != node {
 		t.Errorf("pod a nominated to %q, want %s", got, node)

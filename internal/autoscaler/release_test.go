@@ -19,6 +19,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -27,7 +28,7 @@ import (
 // taint, Ready since readySince, advertising Neuron capacity when serving.
 func heldNode(name, instanceType string, readySince time.Time, serving bool) *corev1.Node {
 	n := launchedNode(name, instanceType, readySince)
-	n.Spec.Taints = []corev1.Taint{NeuronTaint(), LaunchingTaint()}
+	n.Spec.Taints = []corev1.Taint{plan.NeuronTaint(), LaunchingTaint()}
 	if !serving {
 		n.Status.Allocatable = nil
 	}
@@ -75,6 +76,17 @@ func (e *env) clearNomination(c *Controller, pod string) {
 	})
 }
 
+// clearNominationHandled clears the pod's nomination and waits until the controller has
+// handled the clear, including any nomination it writes again.
+func (e *env) clearNominationHandled(c *Controller, pod string) {
+	e.t.Helper()
+	c.renominations.writing.Wait()
+	n := c.renominations.handled.Load()
+	e.clearNomination(c, pod)
+	waitFor(e.t, func() bool { return c.renominations.handled.Load() > n })
+	c.renominations.writing.Wait()
+}
+
 // taints returns the node's taint keys as the API server has them.
 func (e *env) taints(node string) []string {
 	e.t.Helper()
@@ -107,7 +119,7 @@ func actionIndex(actions []clienttesting.Action, verb, resource, subresource, na
 // pods again (the scheduler cleared the nomination, as it does when it fails to place a pod whose
 // node is not up) and only then removes the taint.
 func TestControllerReleasesANodeOnceItsPodsAreNominated(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
@@ -150,12 +162,12 @@ func TestControllerReleasesANodeOnceItsPodsAreNominated(t *testing.T) {
 	}())
 	e.clock.Add(settleAfterReady - time.Second)
 	round(t, c)
-	if _, ok := c.tracked[node]; !ok || len(e.provider.launched()) != 1 {
+	if c.fleet.get(node).phase != phaseLaunching || len(e.provider.launched()) != 1 {
 		t.Errorf("the node settled %s after its release (launches %d), want it launching for %s", settleAfterReady-time.Second, len(e.provider.launched()), settleAfterReady)
 	}
 	e.clock.Add(time.Second)
 	round(t, c)
-	if _, ok := c.tracked[node]; ok {
+	if c.fleet.get(node).phase == phaseLaunching {
 		t.Errorf("the node still launching %s after its release", settleAfterReady)
 	}
 }
@@ -165,7 +177,7 @@ func TestControllerReleasesANodeOnceItsPodsAreNominated(t *testing.T) {
 // apart at worst). A node that advertises whole devices but not yet the cores its pod asks for is
 // held: released then, the scheduler would turn the pod away and place it elsewhere.
 func TestControllerHoldsANodeUntilItAdvertisesWhatItsPodsAskFor(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").cores(2)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").NeuronCores(2)))
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
@@ -191,8 +203,8 @@ func TestControllerHoldsANodeUntilItAdvertisesWhatItsPodsAskFor(t *testing.T) {
 func twoLaunchingNodes(t *testing.T) (e *env, c *Controller, a, b string) {
 	t.Helper()
 	e = newEnv(t, devicePlugin,
-		pendingPod(testPod("a").devices(1).selector(labels.InstanceType, "inf1.xlarge")),
-		pendingPod(testPod("b").devices(1).selector(labels.InstanceType, "inf2.xlarge")))
+		pendingPod(testPod("a").Neuron(1).Selector(labels.InstanceType, "inf1.xlarge")),
+		pendingPod(testPod("b").Neuron(1).Selector(labels.InstanceType, "inf2.xlarge")))
 	c, _ = e.controller()
 	round(t, c)
 	return e, c, NodeName("inf1.xlarge", []string{"default/a"}), NodeName("inf2.xlarge", []string{"default/b"})
@@ -262,7 +274,7 @@ func TestControllerReleasesANodeWhosePodsAreGone(t *testing.T) {
 	}
 
 	// a is deleted before its node serves: the node is released as soon as it serves.
-	e2 := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e2 := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c2, _ := e2.controller()
 	round(t, c2)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
@@ -280,7 +292,7 @@ func TestControllerReleasesANodeWhosePodsAreGone(t *testing.T) {
 // TestControllerRestartedReleasesAHeldNode: a restarted controller knows the node's pods from
 // its planned-pods annotation, nominates them and releases the node.
 func TestControllerRestartedReleasesAHeldNode(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
@@ -299,7 +311,7 @@ func TestControllerRestartedReleasesAHeldNode(t *testing.T) {
 // TestControllerReleasesDespiteFailedNominations: a node whose pods cannot be nominated is held
 // for releaseWait, then released.
 func TestControllerReleasesDespiteFailedNominations(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
@@ -351,7 +363,7 @@ func TestControllerHoldsADRANodeUntilItsDevicesArePublished(t *testing.T) {
 	slice := &resourcev1.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: node.Name + "-neuron"},
 		Spec: resourcev1.ResourceSliceSpec{
-			Driver: DeviceClass, NodeName: ptr.To(node.Name), Pool: resourcev1.ResourcePool{Name: node.Name, ResourceSliceCount: 1},
+			Driver: plan.DeviceClass, NodeName: ptr.To(node.Name), Pool: resourcev1.ResourcePool{Name: node.Name, ResourceSliceCount: 1},
 			Devices: []resourcev1.Device{{Name: "neuron0"}},
 		},
 	}
@@ -370,13 +382,12 @@ func TestControllerHoldsADRANodeUntilItsDevicesArePublished(t *testing.T) {
 // whose node is still held is not nominated again between rounds (the scheduler would clear it
 // at each attempt).
 func TestControllerNominatesAgainWhenTheSchedulerClears(t *testing.T) {
-	e := newEnv(t, devicePlugin, pendingPod(testPod("a").devices(1)))
+	e := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(1)))
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
 	e.putNode(c, heldNode(node, "inf1.xlarge", t0, false))
-	e.clearNomination(c, "a")
-	time.Sleep(100 * time.Millisecond)
+	e.clearNominationHandled(c, "a")
 	if got := e.nominated("a"); got != "" {
 		t.Errorf("pod a nominated to %q between rounds while its node is held, want no nomination until the next round", got)
 	}
@@ -398,8 +409,7 @@ func TestControllerNominatesAgainWhenTheSchedulerClears(t *testing.T) {
 	})
 
 	// Once: the pod failed on its own node again.
-	e.clearNomination(c, "a")
-	time.Sleep(100 * time.Millisecond)
+	e.clearNominationHandled(c, "a")
 	if got := e.nominated("a"); got != "" {
 		t.Errorf("pod a nominated to %q again, want it left to the next round's plan", got)
 	}
@@ -410,7 +420,7 @@ func TestControllerNominatesAgainWhenTheSchedulerClears(t *testing.T) {
 // them; offered on both, they would be planned again, and a node launched for them, every round.
 func TestControllerOffersAMovedPodOnItsNewNodeOnly(t *testing.T) {
 	trn1Pod := func(name string, devices int) *corev1.Pod {
-		return pendingPod(testPod(name).devices(devices).selector(labels.InstanceFamily, "trn1"))
+		return pendingPod(testPod(name).Neuron(int64(devices)).Selector(labels.InstanceFamily, "trn1"))
 	}
 	e := newEnv(t, devicePlugin, trn1Pod("a", 8), trn1Pod("b", 8))
 	c, _ := e.controller()
@@ -422,7 +432,7 @@ func TestControllerOffersAMovedPodOnItsNewNodeOnly(t *testing.T) {
 	x := first[0].Name
 	e.putNode(c, heldNode(x, "trn1.32xlarge", t0, false))
 	// The scheduler put c, 16 devices, on x: a and b no longer fit there.
-	e.createPod(c, boundPod(testPod("c").devices(16).selector(labels.InstanceFamily, "trn1"), x))
+	e.createPod(c, boundPod(testPod("c").Neuron(16).Selector(labels.InstanceFamily, "trn1"), x))
 	round(t, c)
 	if got := e.provider.launched(); len(got) != 2 {
 		t.Fatalf("launches %+v, want a second node for a and b", got)
@@ -446,14 +456,14 @@ func TestControllerOffersAMovedPodOnItsNewNodeOnly(t *testing.T) {
 // it was, not also as a bound one: counted twice, it has no room beside itself and gets a node of
 // its own.
 func TestControllerCountsAPodBoundMidRoundOnce(t *testing.T) {
-	pending := pendingPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1"))
+	pending := pendingPod(testPod("a").Neuron(4).Selector(labels.InstanceFamily, "trn1"))
 	e := newEnv(t, devicePlugin, pending)
 	c, _ := e.controller()
 	round(t, c)
 	node := NodeName("trn1.32xlarge", []string{"default/a"})
 	e.putNode(c, heldNode(node, "trn1.32xlarge", t0, true))
-	listed := map[string]PodDemand{"default/a": NewPodDemand(pending, nil)} // as the round listed it
-	bound := boundPod(testPod("a").devices(4).selector(labels.InstanceFamily, "trn1"), node)
+	listed := map[string]plan.PodDemand{"default/a": plan.NewPodDemand(pending, nil)} // as the round listed it
+	bound := boundPod(testPod("a").Neuron(4).Selector(labels.InstanceFamily, "trn1"), node)
 	if _, err := e.client.CoreV1().Pods("default").Update(context.Background(), bound, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +500,7 @@ func TestControllerReleasesThroughTheReleaseClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != NeuronTaint() {
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != plan.NeuronTaint() {
 		t.Errorf("taints %v through ReleaseClient, want the Neuron taint only", n.Spec.Taints)
 	}
 }
@@ -510,9 +520,9 @@ func TestControllerReleasesTheFirstPodsNodeFirst(t *testing.T) {
 		{name: "same second, by name", createdB: t0, first: "a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := pendingPod(testPod("a").devices(1).selector(labels.InstanceType, "inf1.xlarge"))
+			a := pendingPod(testPod("a").Neuron(1).Selector(labels.InstanceType, "inf1.xlarge"))
 			a.CreationTimestamp, a.Spec.Priority = metav1.NewTime(t0), ptr.To(tc.prioA)
-			b := pendingPod(testPod("b").devices(1).selector(labels.InstanceType, "inf2.xlarge"))
+			b := pendingPod(testPod("b").Neuron(1).Selector(labels.InstanceType, "inf2.xlarge"))
 			b.CreationTimestamp, b.Spec.Priority = metav1.NewTime(tc.createdB), ptr.To(tc.prioB)
 			e := newEnv(t, devicePlugin, a, b)
 			c, _ := e.controller()

@@ -82,8 +82,8 @@ func TestControllerScaleDownPodArrivesAtTheCordon(t *testing.T) {
 		name string
 		pod  *corev1.Pod
 	}{
-		{"a Neuron pod", boundPod(testPod("late").devices(1), node)},
-		{"a pod without Neuron requests", boundPod(testPod("late").container("c", "cpu", 1), node)},
+		{"a Neuron pod", boundPod(testPod("late").Neuron(1), node)},
+		{"a pod without Neuron requests", boundPod(testPod("late").DefaultedContainer("c", "cpu", 1), node)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, c, evs := emptyNodeEnv(t)
@@ -156,7 +156,7 @@ func TestControllerScaleDownDaemonSetPodAtTheCordon(t *testing.T) {
 func TestControllerScaleDownUncordonFails(t *testing.T) {
 	const node = "neuron-empty-abc"
 	e, c, _ := emptyNodeEnv(t)
-	e.onPatch(node, cordonPatch, func() error { return e.client.Tracker().Add(boundPod(testPod("late").devices(1), node)) })
+	e.onPatch(node, cordonPatch, func() error { return e.client.Tracker().Add(boundPod(testPod("late").Neuron(1), node)) })
 	failing := true
 	e.onPatch(node, uncordonPatch, func() error {
 		if failing {
@@ -179,8 +179,8 @@ func TestControllerScaleDownUncordonFails(t *testing.T) {
 	if got := e.patches(node); len(got) != 4 {
 		t.Errorf("patches %q, want one more uncordon, then none", got)
 	}
-	if e.unschedulable(node) || len(c.cordoned) != 0 {
-		t.Errorf("cordoned %v, nodes still to uncordon %v", e.unschedulable(node), c.cordoned)
+	if cordoned := c.fleet.cordoned(); e.unschedulable(node) || len(cordoned) != 0 {
+		t.Errorf("cordoned %v, nodes still to uncordon %v", e.unschedulable(node), cordoned)
 	}
 }
 
@@ -198,7 +198,7 @@ func TestControllerScaleDownAdministratorsCordon(t *testing.T) {
 		if a.(clienttesting.ListAction).GetListRestrictions().Fields.Empty() {
 			return false, nil, nil
 		}
-		return true, &corev1.PodList{Items: []corev1.Pod{*boundPod(testPod("late").devices(1), node)}}, nil
+		return true, &corev1.PodList{Items: []corev1.Pod{*boundPod(testPod("late").Neuron(1), node)}}, nil
 	})
 	c, rec := e.controller()
 	round(t, c)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -612,8 +613,8 @@ func TestAutoscalerNotes(t *testing.T) {
 	t.Parallel()
 	const (
 		check       = "kubectl get deploy neuron-autoscaler -n kube-system"
-		events      = "kubectl get events --field-selector reason=" + autoscaler.ReasonTriggeredScaleUp + " -A"
-		refused     = "kubectl get events --field-selector reason=" + autoscaler.ReasonNotTriggerScaleUp + " -A"
+		events      = "kubectl get events --field-selector reason=" + plan.ReasonTriggeredScaleUp + " -A"
+		refused     = "kubectl get events --field-selector reason=" + plan.ReasonNotTriggerScaleUp + " -A"
 		ec2         = "launch template lt-0123456789abcdef0 into subnets subnet-0a1b, subnet-0c2d"
 		podIdentity = "EKS Pod Identity"
 		dryRunHint  = "set autoscaler.dryRun=true"

@@ -19,7 +19,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 )
 
 // Severities of `kubectl-neuron check` findings.
@@ -124,7 +124,7 @@ func newCheckCommand(o *options) *cobra.Command {
 		Filenames: &c.files,
 		Recursive: &c.recursive,
 	}).AddFlags(f)
-	f.StringVar(&c.schedulerName, "scheduler-name", autoscaler.DefaultSchedulerName,
+	f.StringVar(&c.schedulerName, "scheduler-name", plan.DefaultSchedulerName,
 		"the scheduler the scheduler extender is registered with (default-scheduler with the chart's scheduler.defaultScheduler.enabled)")
 	f.StringVarP(&c.output, "output", "o", outTable, "output format: table, json, yaml or jsonpath=TEMPLATE")
 	return cmd
@@ -188,9 +188,9 @@ func runCheck(o *options, c *checkOptions, stdin io.Reader) error {
 	}
 	neuronPods := 0
 	// Offline, no node's versions are known: a selector on them may match (see DeviceTemplates).
-	templates := autoscaler.NewDeviceTemplates(cat, nil)
+	templates := plan.NewDeviceTemplates(cat, nil)
 	for _, p := range pods {
-		d := autoscaler.NewPodDemand(p.pod, templates.Resolve(context.Background(), specs.draRequests(p.pod)))
+		d := plan.NewPodDemand(p.pod, templates.Resolve(context.Background(), specs.draRequests(p.pod)))
 		if !d.Neuron() {
 			continue
 		}
@@ -198,10 +198,10 @@ func runCheck(o *options, c *checkOptions, stdin io.Reader) error {
 		add := func(severity, reason, msg string) {
 			findings = append(findings, Finding{Object: p.object, File: p.file, Severity: severity, Reason: reason, Message: msg})
 		}
-		for _, pr := range autoscaler.Check(d, autoscaler.Environment{Catalog: cat, DevicePlugin: true, DRADriver: true}) {
+		for _, pr := range plan.Check(d, plan.Environment{Catalog: cat, DevicePlugin: true, DRADriver: true}) {
 			add(SeverityError, pr.Reason, pr.Message)
 		}
-		for _, w := range autoscaler.Advise(p.pod, autoscaler.AdviceOptions{Catalog: cat, SchedulerName: c.schedulerName}) {
+		for _, w := range plan.Advise(p.pod, plan.AdviceOptions{Catalog: cat, SchedulerName: c.schedulerName}) {
 			add(SeverityWarning, w.Reason, w.Message)
 		}
 	}
@@ -421,17 +421,17 @@ func v1beta1ClaimAsV1(kind string, doc []byte) ([]byte, error) {
 
 // draRequests resolves the pod's claims against the claims and templates of the files; a claim
 // defined elsewhere is not checked.
-func (s claimSpecs) draRequests(pod *corev1.Pod) []autoscaler.DRARequest {
-	var out []autoscaler.DRARequest
+func (s claimSpecs) draRequests(pod *corev1.Pod) []plan.DRARequest {
+	var out []plan.DRARequest
 	for _, rc := range pod.Spec.ResourceClaims {
 		switch {
 		case rc.ResourceClaimName != nil:
 			if spec, ok := s.claims[pod.Namespace+"/"+*rc.ResourceClaimName]; ok {
-				out = append(out, autoscaler.DRARequestsOf(spec)...)
+				out = append(out, plan.DRARequestsOf(spec)...)
 			}
 		case rc.ResourceClaimTemplateName != nil:
 			if spec, ok := s.templates[pod.Namespace+"/"+*rc.ResourceClaimTemplateName]; ok {
-				out = append(out, autoscaler.DRARequestsOf(spec)...)
+				out = append(out, plan.DRARequestsOf(spec)...)
 			}
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 )
 
 const checkManifest = `apiVersion: apps/v1
@@ -100,11 +100,11 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	want := []struct{ object, severity, reason, message string }{
-		{"Deployment ml/train", SeverityError, autoscaler.ReasonNotTriggerScaleUp,
+		{"Deployment ml/train", SeverityError, plan.ReasonNotTriggerScaleUp,
 			"instance type trn2.48xlarge accepts aws.amazon.com/neuroncore requests of 1 to 4, 16, 32 or 64 cores, not 128"},
-		{"Deployment ml/train", SeverityWarning, autoscaler.ReasonKarpenterNeuronCoreMismatch,
+		{"Deployment ml/train", SeverityWarning, plan.ReasonKarpenterNeuronCoreMismatch,
 			"container main requests aws.amazon.com/neuroncore: 128. Karpenter advertises 128 neuroncores on trn2.48xlarge"},
-		{"Job four", SeverityWarning, autoscaler.ReasonTopologyChecksSkipped,
+		{"Job four", SeverityWarning, plan.ReasonTopologyChecksSkipped,
 			"container main requests aws.amazon.com/neuron: 4 (4 devices) but the pod's schedulerName is default-scheduler, not my-scheduler"},
 	}
 	if len(got) != len(want) {

@@ -12,7 +12,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/dra/devices"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
@@ -71,7 +71,7 @@ func (m *deviceModels) devices(t topology.InstanceType) []modelDevice {
 			for _, a := range runtimeAttributes {
 				delete(attrs, a)
 			}
-			md.cel = dracel.Device{Driver: autoscaler.DeviceClass, Attributes: attrs, Capacity: d.Capacity}
+			md.cel = dracel.Device{Driver: plan.DeviceClass, Attributes: attrs, Capacity: d.Capacity}
 			out = append(out, md)
 		}
 	}
@@ -85,7 +85,7 @@ func qualified(name string) string {
 	if strings.Contains(name, "/") {
 		return name
 	}
-	return autoscaler.DeviceClass + "/" + name
+	return plan.DeviceClass + "/" + name
 }
 
 // attributeValue is an attribute's type and value as one comparable string.
@@ -124,7 +124,7 @@ func (m *deviceModels) matches(d modelDevice, selectors []string) bool {
 type constraintCheck struct {
 	attr     string // fully qualified
 	distinct bool   // distinctAttribute rather than matchAttribute
-	requests []autoscaler.DRARequest
+	requests []plan.DRARequest
 }
 
 // fitsOn reports whether a node of type t has devices that meet the constraint for its requests,
@@ -220,7 +220,7 @@ var groupedAttribute = regexp.MustCompile(`^(.*\D)(\d+)(_id)$`)
 // constraintProblems says, for each constraint of the claim spec that no node of any instance
 // type the requests allow can meet, why.
 func (m *deviceModels) constraintProblems(spec resourcev1.ResourceClaimSpec) []string {
-	reqs := autoscaler.DRARequestsOf(spec)
+	reqs := plan.DRARequestsOf(spec)
 	var out []string
 	for i, c := range spec.Devices.Constraints {
 		check := constraintCheck{}
@@ -282,7 +282,7 @@ func (m *deviceModels) fitsAnywhere(c constraintCheck) (fits bool, most int, any
 	return false, most, anyType, hasAttr
 }
 
-func allowsType(reqs []autoscaler.DRARequest, name string) bool {
+func allowsType(reqs []plan.DRARequest, name string) bool {
 	for _, r := range reqs {
 		if r.InstanceTypes != nil && !slices.Contains(r.InstanceTypes, name) {
 			return false

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 )
 
@@ -63,7 +64,7 @@ func ExplainPending(pod *corev1.Pod, events []corev1.Event, f PendingFacts) stri
 	}
 	parts := []string{"no node takes it: " + strings.TrimSpace(cond.Message)}
 	neuron := asksForNeuron(pod)
-	if !autoscaler.ToleratesNeuronTaint(pod) {
+	if !plan.ToleratesNeuronTaint(pod) {
 		hint := fmt.Sprintf("every Neuron node carries the taint %s=%s:%s, and the pod does not tolerate it",
 			labels.NeuronTaintKey, labels.NeuronTaintValue, labels.NeuronTaintEffect)
 		switch {
@@ -76,7 +77,7 @@ func ExplainPending(pod *corev1.Pod, events []corev1.Event, f PendingFacts) stri
 	}
 	// neuron-autoscaler's event reasons about a pending pod.
 	fromAutoscaler := func(e corev1.Event) bool {
-		return e.Reason == autoscaler.ReasonTriggeredScaleUp || e.Reason == autoscaler.ReasonNotTriggerScaleUp || e.Reason == autoscaler.ReasonFailedScaleUp
+		return e.Reason == plan.ReasonTriggeredScaleUp || e.Reason == plan.ReasonNotTriggerScaleUp || e.Reason == autoscaler.ReasonFailedScaleUp
 	}
 	switch e := lastEvent(events, fromAutoscaler); {
 	case !neuron:

@@ -11,6 +11,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -23,9 +24,9 @@ func TestLaunchListDelete(t *testing.T) {
 	it, _ := topology.DefaultCatalog().Get("trn1.32xlarge")
 	req := autoscaler.NodeRequest{
 		Name: autoscaler.NodeName(it.Name, []string{"ml/a"}), Type: it.Name, Mode: labels.AllocationModeDevicePlugin,
-		Labels:      autoscaler.NewNodeLabels(it, labels.AllocationModeDevicePlugin),
+		Labels:      plan.NewNodeLabels(it, labels.AllocationModeDevicePlugin),
 		Annotations: map[string]string{autoscaler.PlannedPodsAnnotation: "ml/a"},
-		Taints:      []corev1.Taint{autoscaler.NeuronTaint()},
+		Taints:      []corev1.Taint{plan.NeuronTaint()},
 	}
 	inst, err := p.Launch(ctx, req)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler/local"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
@@ -30,8 +31,8 @@ func TestLocalProviderNodeIsAdopted(t *testing.T) {
 	name := autoscaler.NodeName(it.Name, []string{ns + "/one"})
 	if _, err := p.Launch(ctx, autoscaler.NodeRequest{
 		Name: name, Type: it.Name, Mode: labels.AllocationModeDevicePlugin,
-		Labels: autoscaler.NewNodeLabels(it, labels.AllocationModeDevicePlugin),
-		Taints: []corev1.Taint{autoscaler.NeuronTaint()},
+		Labels: plan.NewNodeLabels(it, labels.AllocationModeDevicePlugin),
+		Taints: []corev1.Taint{plan.NeuronTaint()},
 	}); err != nil {
 		t.Fatal(err)
 	}

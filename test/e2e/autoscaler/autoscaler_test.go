@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
@@ -163,7 +164,7 @@ func TestSeedWorkloadsGetNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitEvent(t, ctx, ns, pod, autoscaler.ReasonTriggeredScaleUp, it.Name)
+		waitEvent(t, ctx, ns, pod, plan.ReasonTriggeredScaleUp, it.Name)
 	}
 	t.Logf("fleet: %v", names(launched(t, ctx)))
 }
@@ -172,11 +173,11 @@ func TestInvalidPodsGetEventsAndNoNode(t *testing.T) {
 	ctx, ns := setup(t)
 	framework.Apply(t, ctx, "examples/autoscaler/invalid-no-toleration.yaml", ns)
 	framework.Apply(t, ctx, "examples/autoscaler/invalid-seven-devices-trn1.yaml", ns)
-	waitEvent(t, ctx, ns, "invalid-no-toleration", autoscaler.ReasonNotTriggerScaleUp, "aws.amazon.com/neuron=true:NoSchedule")
-	waitEvent(t, ctx, ns, "invalid-no-toleration", autoscaler.ReasonNotTriggerScaleUp, "Add a toleration for aws.amazon.com/neuron")
-	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", autoscaler.ReasonNotTriggerScaleUp, "1, 4, 8 or 16 devices, not 7")
-	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", autoscaler.ReasonNotTriggerScaleUp, "inf1.24xlarge")
-	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", autoscaler.ReasonNotTriggerScaleUp, "inf2.48xlarge")
+	waitEvent(t, ctx, ns, "invalid-no-toleration", plan.ReasonNotTriggerScaleUp, "aws.amazon.com/neuron=true:NoSchedule")
+	waitEvent(t, ctx, ns, "invalid-no-toleration", plan.ReasonNotTriggerScaleUp, "Add a toleration for aws.amazon.com/neuron")
+	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", plan.ReasonNotTriggerScaleUp, "1, 4, 8 or 16 devices, not 7")
+	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", plan.ReasonNotTriggerScaleUp, "inf1.24xlarge")
+	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", plan.ReasonNotTriggerScaleUp, "inf2.48xlarge")
 	waitRounds(t, ctx)
 	if nodes := launched(t, ctx); len(nodes) != 0 {
 		t.Errorf("nodes launched for pods that cannot run: %v", names(nodes))
@@ -187,8 +188,8 @@ func TestNoDevicePluginDaemonSet(t *testing.T) {
 	ctx, ns := setup(t)
 	ensureDaemonSet(t, ctx, false)
 	framework.Apply(t, ctx, "examples/autoscaler/seed-000-one-device.yaml", ns)
-	waitEvent(t, ctx, ns, "seed-000-one-device", autoscaler.ReasonNotTriggerScaleUp, autoscaler.MessageDevicePluginRequired)
-	if msgs := events(t, ctx, ns, "seed-000-one-device", autoscaler.ReasonNotTriggerScaleUp); !contains(msgs, "Neuron daemon set driver is required") {
+	waitEvent(t, ctx, ns, "seed-000-one-device", plan.ReasonNotTriggerScaleUp, plan.MessageDevicePluginRequired)
+	if msgs := events(t, ctx, ns, "seed-000-one-device", plan.ReasonNotTriggerScaleUp); !contains(msgs, "Neuron daemon set driver is required") {
 		t.Errorf("events %q lack the seed's exact message", msgs)
 	}
 	if nodes := launched(t, ctx); len(nodes) != 0 {
@@ -272,13 +273,13 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := mixedPods(ns)
-	var demands []autoscaler.PodDemand
+	var demands []plan.PodDemand
 	for _, p := range pods {
 		created, err := c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		demands = append(demands, autoscaler.NewPodDemand(created, nil))
+		demands = append(demands, plan.NewPodDemand(created, nil))
 	}
 	framework.WaitFor(t, ctx, 60*time.Second, "my-scheduler to refuse the 20 pods", func(ctx context.Context) (bool, string, error) {
 		list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -287,7 +288,7 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 		}
 		n := 0
 		for i := range list.Items {
-			if autoscaler.WaitingForScaleUp(&list.Items[i]) {
+			if plan.WaitingForScaleUp(&list.Items[i]) {
 				n++
 			}
 		}
@@ -303,9 +304,9 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 	}
 	nodes := launched(t, ctx)
 	used := usedNodes(t, ctx, nodes)
-	plan, _ := autoscaler.Plan(demands, nil, autoscaler.Options{})
+	up, _ := plan.Plan(demands, nil, plan.Options{})
 	t.Logf("fleet for 20 pods: %v, $%.4f/h, of which in use %v, $%.4f/h; the planner alone over all 20: %d nodes, $%.4f/h",
-		names(nodes), cost(t, nodes), names(used), cost(t, used), len(plan.New()), plan.CostUSDPerHour)
+		names(nodes), cost(t, nodes), names(used), cost(t, used), len(up.New()), up.CostUSDPerHour)
 
 	// Each pod runs where the plan put it: the node named by its first TriggeredScaleUp event.
 	// The launched nodes hold pods off (kube-neuron.io/launching) until they serve and their
@@ -314,14 +315,14 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 	// that node first once released, and keeps the room of the pods nominated to a node. Pods
 	// still off their planned node are logged.
 	launchedFor := map[string]bool{}
-	var moved []autoscaler.PodDemand
+	var moved []plan.PodDemand
 	for i, p := range pods {
 		got, err := c.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		planned := ""
-		for _, m := range events(t, ctx, ns, p.Name, autoscaler.ReasonTriggeredScaleUp) {
+		for _, m := range events(t, ctx, ns, p.Name, plan.ReasonTriggeredScaleUp) {
 			node, ok := plannedNode(m)
 			if ok && planned == "" {
 				planned = node
@@ -346,25 +347,25 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 	usedCost := cost(t, used)
 	// Counted on the nodes in use: a node launched for pods that then went elsewhere stays
 	// empty, and the scale-down check below requires it to be removed.
-	extra := len(used) - len(plan.New())
+	extra := len(used) - len(up.New())
 	within := 0.0
 	for _, d := range moved {
-		one, _ := autoscaler.Plan([]autoscaler.PodDemand{d}, nil, autoscaler.Options{})
+		one, _ := plan.Plan([]plan.PodDemand{d}, nil, plan.Options{})
 		within += one.CostUSDPerHour
 	}
 	switch {
-	case extra == 0 && usedCost <= plan.CostUSDPerHour+1e-6:
-		if usedCost < plan.CostUSDPerHour-1e-6 {
-			t.Logf("the nodes in use cost $%.4f/h, less than the plan's $%.4f/h: a planned node was left empty", usedCost, plan.CostUSDPerHour)
+	case extra == 0 && usedCost <= up.CostUSDPerHour+1e-6:
+		if usedCost < up.CostUSDPerHour-1e-6 {
+			t.Logf("the nodes in use cost $%.4f/h, less than the plan's $%.4f/h: a planned node was left empty", usedCost, up.CostUSDPerHour)
 		}
-	case len(moved) > 0 && extra <= len(moved) && usedCost <= plan.CostUSDPerHour+within+1e-6:
+	case len(moved) > 0 && extra <= len(moved) && usedCost <= up.CostUSDPerHour+within+1e-6:
 		// Also with no node beyond the plan: a pod that took a dearer node's room leaves its own
 		// cheaper planned node empty (a CI run before the extender kept pods for their planned
 		// node: $61.07/h against $54.81/h).
-		t.Logf("%d nodes beyond the plan for the %d pods off their planned node: $%.4f/h in use, the plan $%.4f/h, tolerance $%.4f/h", extra, len(moved), usedCost, plan.CostUSDPerHour, within)
+		t.Logf("%d nodes beyond the plan for the %d pods off their planned node: $%.4f/h in use, the plan $%.4f/h, tolerance $%.4f/h", extra, len(moved), usedCost, up.CostUSDPerHour, within)
 	default:
 		t.Errorf("the nodes in use cost $%.4f/h, the plan $%.4f/h; %d nodes in use of %d launched (%v), the plan has %d; %d of 20 pods off their planned node",
-			usedCost, plan.CostUSDPerHour, len(used), len(launchedFor), slices.Sorted(maps.Keys(launchedFor)), len(plan.New()), len(moved))
+			usedCost, up.CostUSDPerHour, len(used), len(launchedFor), slices.Sorted(maps.Keys(launchedFor)), len(up.New()), len(moved))
 	}
 	if len(used) < len(nodes) {
 		framework.WaitFor(t, ctx, 60*time.Second, "the nodes no pod uses to be scaled down", func(ctx context.Context) (bool, string, error) {
@@ -407,13 +408,13 @@ func usedNodes(t *testing.T, ctx context.Context, nodes []corev1.Node) []corev1.
 func TestRestartLaunchesNothingTwice(t *testing.T) {
 	ctx, ns := setup(t)
 	pods := mixedPods(ns)[:8]
-	var demands []autoscaler.PodDemand
+	var demands []plan.PodDemand
 	for _, p := range pods {
 		created, err := framework.L.Client().CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		demands = append(demands, autoscaler.NewPodDemand(created, nil))
+		demands = append(demands, plan.NewPodDemand(created, nil))
 	}
 	// Restart as soon as the first node is launched, while its pods are pending.
 	framework.WaitFor(t, ctx, 60*time.Second, "a first node to be launched", func(ctx context.Context) (bool, string, error) {
@@ -431,8 +432,8 @@ func TestRestartLaunchesNothingTwice(t *testing.T) {
 		framework.WaitForPod(t, ctx, ns, p.Name, corev1.PodRunning, 3*time.Minute)
 	}
 	nodes := launched(t, ctx)
-	plan, _ := autoscaler.Plan(demands, nil, autoscaler.Options{})
-	t.Logf("fleet after a restart: %v, $%.4f/h; the planner alone: %d nodes, $%.4f/h", names(nodes), cost(t, nodes), len(plan.New()), plan.CostUSDPerHour)
+	up, _ := plan.Plan(demands, nil, plan.Options{})
+	t.Logf("fleet after a restart: %v, $%.4f/h; the planner alone: %d nodes, $%.4f/h", names(nodes), cost(t, nodes), len(up.New()), up.CostUSDPerHour)
 	// Nothing is launched twice for the restart: at most one node per pod, and every node
 	// launched before the restart is still counted after it (no pod pending on it was planned
 	// again while it was launching). A pod can still get a second node when the scheduler put
@@ -440,7 +441,7 @@ func TestRestartLaunchesNothingTwice(t *testing.T) {
 	launchedNodes := map[string]bool{}
 	for _, p := range pods {
 		var launches []string
-		for _, m := range events(t, ctx, ns, p.Name, autoscaler.ReasonTriggeredScaleUp) {
+		for _, m := range events(t, ctx, ns, p.Name, plan.ReasonTriggeredScaleUp) {
 			if _, node, ok := strings.Cut(m, ": node "); ok && strings.Contains(m, "a new ") {
 				launches = append(launches, node)
 				launchedNodes[node] = true

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
 )
@@ -24,7 +25,7 @@ import (
 func TestDRASelectorsLaunchOnlyNodesThatServe(t *testing.T) {
 	ctx, ns := setup(t)
 	framework.EnsureDeviceClass(t, ctx)
-	createDaemonSet(t, ctx, autoscaler.DRADriverName) // without pods, as with no Neuron node yet
+	createDaemonSet(t, ctx, plan.DRADriverName) // without pods, as with no Neuron node yet
 	c := framework.L.Client()
 	framework.Apply(t, ctx, "examples/dra/driver-version-trn1.yaml", ns)
 	pod := framework.WaitForPod(t, ctx, ns, "pod-driver-version-trn1", corev1.PodRunning, 2*time.Minute)
@@ -38,13 +39,13 @@ func TestDRASelectorsLaunchOnlyNodesThatServe(t *testing.T) {
 	before := names(launched(t, ctx))
 
 	framework.Apply(t, ctx, "examples/dra/driver-version-missing.yaml", ns)
-	waitEvent(t, ctx, ns, "pod-driver-version-missing", autoscaler.ReasonNotTriggerScaleUp, "neuronDriverVersion 2.26.5.0")
-	waitEvent(t, ctx, ns, "pod-driver-version-missing", autoscaler.ReasonNotTriggerScaleUp, "Change the claim's selectors")
+	waitEvent(t, ctx, ns, "pod-driver-version-missing", plan.ReasonNotTriggerScaleUp, "neuronDriverVersion 2.26.5.0")
+	waitEvent(t, ctx, ns, "pod-driver-version-missing", plan.ReasonNotTriggerScaleUp, "Change the claim's selectors")
 	waitRounds(t, ctx)
 	if after := names(launched(t, ctx)); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Errorf("nodes launched for a claim no new node can satisfy: before %v, after %v", before, after)
 	}
-	if msgs := events(t, ctx, ns, "pod-driver-version-missing", autoscaler.ReasonTriggeredScaleUp); len(msgs) > 0 {
+	if msgs := events(t, ctx, ns, "pod-driver-version-missing", plan.ReasonTriggeredScaleUp); len(msgs) > 0 {
 		t.Errorf("the pod triggered a scale-up: %q", msgs)
 	}
 	got, err := c.CoreV1().Pods(ns).Get(ctx, "pod-driver-version-missing", metav1.GetOptions{})
@@ -54,5 +55,5 @@ func TestDRASelectorsLaunchOnlyNodesThatServe(t *testing.T) {
 	if got.Spec.NodeName != "" {
 		t.Errorf("pod-driver-version-missing was bound to %s", got.Spec.NodeName)
 	}
-	t.Logf("fleet: %v; %s", before, fmt.Sprint(events(t, ctx, ns, "pod-driver-version-missing", autoscaler.ReasonNotTriggerScaleUp)))
+	t.Logf("fleet: %v; %s", before, fmt.Sprint(events(t, ctx, ns, "pod-driver-version-missing", plan.ReasonNotTriggerScaleUp)))
 }

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/lab"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
@@ -304,7 +305,7 @@ func runFlows(t *testing.T, ctx context.Context) {
 	for _, p := range []string{"one-device", "neuron-dra-test-pod", "needs-a-node"} {
 		framework.WaitForPod(t, ctx, ns, p, corev1.PodRunning, 3*time.Minute)
 	}
-	waitEvent(t, ctx, ns, "invalid-no-toleration", autoscaler.ReasonNotTriggerScaleUp)
+	waitEvent(t, ctx, ns, "invalid-no-toleration", plan.ReasonNotTriggerScaleUp)
 	waitEvent(t, ctx, ns, "trn1-seven-devices", "UnsupportedNeuronRequest")
 	// Deleting the pods: the extender and the device plugin forget them, the DRA driver
 	// unprepares its claim, the autoscaler cordons and removes its node.

@@ -1,4 +1,4 @@
-package autoscaler
+package plan
 
 // This file keeps the planner as it was before plans were cached and pruned (quadratic, and slow
 // beyond a few hundred pods), unchanged but for its names and for counting the improvements it

@@ -1,4 +1,4 @@
-package autoscaler
+package plan
 
 // Planning a batch of thousands of pods tries pods on nodes millions of times, and the topology
 // engine (allocation.Plan, topology.Policy.Place) takes microseconds a call. Nearly all of those

@@ -1,0 +1,47 @@
+// Package plan is the pure core of neuron-autoscaler: which pending pods may trigger a scale-up,
+// and which Neuron nodes to launch for them. It takes everything it decides on as arguments and
+// makes no API calls; it imports no Kubernetes client (TestPure holds it to that). The
+// controller around it (package autoscaler) watches the cluster, calls Check and Plan, and
+// launches, nominates, releases and removes nodes.
+//
+// Check applies the autoscaler's rules to one pending pod: the pod tolerates the Neuron taint
+// aws.amazon.com/neuron=true:NoSchedule, sets its Neuron resources in limits (equal to requests),
+// the device plugin DaemonSet (DRA pods: the DRA driver DaemonSet) is installed, its nodeSelector
+// and required node affinity allow a new Neuron node, and some instance type it allows can serve
+// its request under the topology rules. Every problem says what is wrong and how to fix it; the
+// controller tells a pod its problems in one NotTriggerScaleUp event.
+//
+// Plan chooses the nodes: it simulates each candidate node with the topology engine (the same
+// allocation.Plan the scheduler extender binds with, so a new node can always take the pods
+// planned onto it), fills nodes that are already launching first, packs several pods onto one
+// node where that is cheaper than one node per pod, and minimises the total hourly price from the
+// instance catalog. Types without a known price are launched only for pods that no priced type
+// can serve, and the event says so. Limits (nodes and devices in the cluster, allowed families)
+// always hold.
+//
+// Advise warns about pods that schedule, or make another autoscaler launch a node, but do not get
+// what their author expects (kubectl-neuron check uses it).
+//
+// New nodes carry NewNodeLabels and NeuronTaint: the instance type and family, amd64/linux and
+// kube-neuron.io/allocation-mode. A pod's nodeSelector or node affinity is evaluated against
+// exactly those labels.
+//
+// Limitations of the DRA path: the caller resolves a pod's ResourceClaims and templates into
+// DRARequests (DRARequestsOf reads the ExactCount/All requests of the DeviceClass neuron.aws.com
+// and their CEL selectors) and evaluates the selectors against the devices a new node of each
+// type would publish (DeviceTemplates.Resolve). A DRA request is simulated as that many whole
+// devices on a node of allocation mode dra that its selectors allow, any subset: constraints
+// (matchAttribute on the devicegroup ids), which devices the selectors pick within a node,
+// firstAvailable alternatives beyond the first, opaque configs (LNC) and claims shared between
+// pods are not simulated, so a packed DRA node may, for such claims, not take every pod planned
+// onto it. UltraServer types (trn2u) are planned as single nodes.
+//
+// Files: plan.go is the API (Plan, its options and results); sim.go simulates one node with the
+// topology engine; planner.go and plan_cache.go index the pending pods and memoise their fits;
+// run.go is one search (launching nodes first, then new nodes, within the limits); improve.go
+// improves a packed run (evacuate, merge, downsize); result.go turns the best run into
+// decisions and their messages. check.go is Check, with demand.go (what a pending pod asks
+// for, PodDemand), newnode.go (the labels and taints of a new node, and which pods and
+// DaemonSets match them) and messages.go (how the messages write sizes, prices and lists);
+// advice.go is Advise, selectors.go the DRA selector templates.
+package plan

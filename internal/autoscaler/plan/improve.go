@@ -1,0 +1,220 @@
+package plan
+
+import (
+	"math"
+	"slices"
+)
+
+// evacuate removes one new node whose pods all fit on the other nodes.
+func (r *run) evacuate() bool {
+	p := r.p
+	shelves := r.shelves()
+	moved := map[int]*node{}
+	for k, n := range r.nodes {
+		if n.launching {
+			continue
+		}
+		// The pods go, one after the other, where they fit tightest (the first node in order
+		// among the tightest), tried on copies of the nodes they go on (moved) until all have
+		// found room: the run changes only if the node empties.
+		clear(moved)
+		target := make([]int, len(n.pods))
+		ok := true
+		for x, pl := range n.pods {
+			i := pl.pod
+			q := p.req[i]
+			best, bestScore := -1, math.Inf(-1)
+			for _, s := range shelves {
+				if s.mode != p.mode[i] || !p.allow[i].has(s.ti) || !(s.launching || p.famOK[s.ti]) {
+					continue
+				}
+				need := p.need[q][s.ti]
+				for _, j := range s.nodes {
+					o := r.nodes[j]
+					if o.free < need {
+						break // and so do the nodes after it; copies only have less room
+					}
+					if j == k {
+						continue
+					}
+					if c, ok := moved[j]; ok {
+						o = c
+					}
+					if f := p.fitOn(o, q); f.ok && (f.score > bestScore || f.score == bestScore && j < best) {
+						best, bestScore = j, f.score
+					}
+				}
+			}
+			if best < 0 {
+				ok = false
+				break
+			}
+			c, copied := moved[best]
+			if !copied {
+				c = p.copyNode(r.nodes[best])
+				moved[best] = c
+			}
+			p.add(c, i)
+			target[x] = best
+		}
+		if !ok {
+			continue
+		}
+		for x, pl := range n.pods {
+			o := r.nodes[target[x]]
+			p.add(o, pl.pod) // as on its copy: the same placement on the same state
+			r.assign(pl.pod, o)
+		}
+		r.remove(k)
+		return true
+	}
+	return false
+}
+
+// shelf is the run's nodes of one mode and type, launching or new, most free cores first (then in
+// the run's order): a pod is tried only on shelves it may go on, and on a shelf only until the
+// nodes have fewer free cores than it takes.
+type shelf struct {
+	mode      string
+	ti        int
+	launching bool
+	nodes     []int // indices into run.nodes
+}
+
+func (r *run) shelves() []*shelf {
+	type key struct {
+		mode      string
+		ti        int
+		launching bool
+	}
+	var out []*shelf
+	at := map[key]*shelf{}
+	for j, n := range r.nodes {
+		k := key{n.mode, n.ti, n.launching}
+		s, ok := at[k]
+		if !ok {
+			s = &shelf{mode: n.mode, ti: n.ti, launching: n.launching}
+			at[k] = s
+			out = append(out, s)
+		}
+		s.nodes = append(s.nodes, j)
+	}
+	for _, s := range out {
+		slices.SortStableFunc(s.nodes, func(a, b int) int { return r.nodes[b].free - r.nodes[a].free })
+	}
+	return out
+}
+
+// cheapest returns the cheapest priced type below the price bound (+Inf: any) that takes all the
+// pods on one new node, within the limits when it replaces nodes with the given devices. allow
+// and need are what the pods allow and take together (node.allow, node.need): a type they rule
+// out is not simulated.
+func (r *run) cheapest(pods []int, allow typeSet, need []int, mode string, bound float64, replacedNodes, replacedDevices int) *node {
+	p := r.p
+	for ti, t := range p.byPrice {
+		if !t.PriceKnown() || *t.PriceUSDPerHour >= bound-1e-9 {
+			break
+		}
+		if !p.famOK[ti] || !allow.has(ti) || need[ti] > p.cores[ti] || !r.withinLimits(1-replacedNodes, t.Devices-replacedDevices) {
+			continue
+		}
+		if n := r.simulate(t, mode, pods); n != nil {
+			return n
+		}
+	}
+	return nil
+}
+
+// mayMerge reports whether a priced type below the bound may take the pods of a and b together:
+// one that every pod allows, with cores enough for them all. cheapest finds nothing otherwise.
+func (p *planner) mayMerge(a, b *node, bound float64) bool {
+	for ti, t := range p.byPrice {
+		if !t.PriceKnown() || *t.PriceUSDPerHour >= bound-1e-9 {
+			return false
+		}
+		if a.allow.has(ti) && b.allow.has(ti) && a.need[ti]+b.need[ti] <= p.cores[ti] {
+			return true
+		}
+	}
+	return false
+}
+
+// merge replaces two new nodes by one when a single node that takes both their pods is cheaper
+// (or, for unknown prices, when it is of their common type).
+func (r *run) merge() bool {
+	p := r.p
+	lim := r.limitState()
+	for a := range r.nodes {
+		for b := a + 1; b < len(r.nodes); b++ {
+			na, nb := r.nodes[a], r.nodes[b]
+			if na.launching || nb.launching || na.mode != nb.mode {
+				continue
+			}
+			priced := na.t.PriceKnown() && nb.t.PriceKnown()
+			if !priced && na.t.Name != nb.t.Name {
+				continue
+			}
+			bound := math.Inf(1)
+			if priced {
+				bound = *na.t.PriceUSDPerHour + *nb.t.PriceUSDPerHour
+				if !p.mayMerge(na, nb, bound) {
+					continue
+				}
+			}
+			// A merge that found nothing finds nothing again while both nodes (and, with
+			// limits, the run's new nodes) are as they were.
+			key := pairKey{na.gen, nb.gen, lim}
+			if p.failed[key] {
+				continue
+			}
+			pods := append(podsOf(na), podsOf(nb)...)
+			var m *node
+			if priced {
+				allow := slices.Clone(na.allow)
+				allow.intersect(nb.allow)
+				need := slices.Clone(na.need)
+				for ti := range need {
+					need[ti] += nb.need[ti]
+				}
+				m = r.cheapest(pods, allow, need, na.mode, bound, 2, na.t.Devices+nb.t.Devices)
+			} else {
+				m = r.simulate(na.t, na.mode, pods)
+			}
+			if m == nil {
+				p.failed[key] = true
+				continue
+			}
+			r.remove(b)
+			r.replace(a, m)
+			return true
+		}
+	}
+	return false
+}
+
+// downsize replaces a new node by a cheaper type that takes all its pods.
+func (r *run) downsize() bool {
+	p := r.p
+	lim := r.limitState()
+	for k, n := range r.nodes {
+		if n.launching {
+			continue
+		}
+		key := pairKey{n.gen, 0, lim}
+		if p.failed[key] {
+			continue
+		}
+		bound := math.Inf(1)
+		if n.t.PriceKnown() {
+			bound = *n.t.PriceUSDPerHour
+		}
+		m := r.cheapest(podsOf(n), n.allow, n.need, n.mode, bound, 1, n.t.Devices)
+		if m == nil {
+			p.failed[key] = true
+			continue
+		}
+		r.replace(k, m)
+		return true
+	}
+	return false
+}

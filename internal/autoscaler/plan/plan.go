@@ -1,0 +1,122 @@
+package plan
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// Options configure Plan.
+type Options struct {
+	// Catalog is the instance catalog; nil means topology.DefaultCatalog().
+	Catalog *topology.Catalog
+	// Policy places requests in the simulation, as the scheduler extender does; "" is best-fit.
+	Policy topology.Policy
+	// Families the autoscaler may launch; empty allows every family of the catalog.
+	Families []string
+	// MaxNodes caps the Neuron nodes in the cluster: Existing, launching and new together.
+	// 0 means no limit.
+	MaxNodes int
+	// MaxDevices caps the Neuron devices in the cluster, counted the same way. 0 means no limit.
+	MaxDevices int
+	// Existing is what the cluster's Neuron nodes that are not launching hold.
+	Existing Capacity
+}
+
+// Capacity counts Neuron nodes and their devices.
+type Capacity struct {
+	Nodes, Devices int
+}
+
+// NodeOption is a node that is already launching, and the pods already planned onto it. Its
+// free capacity is used before any new node.
+type NodeOption struct {
+	Name         string
+	InstanceType string
+	// Mode is the node's allocation mode; "" is labels.AllocationModeDevicePlugin.
+	Mode string
+	Pods []PodDemand
+	// Bound are the pods the scheduler already put on the node (it may have come up and taken
+	// pods planned elsewhere): they occupy it first. A planned pod that no longer fits beside
+	// them is planned again.
+	Bound []PodDemand
+}
+
+// ScaleUp is what Plan decided to launch.
+type ScaleUp struct {
+	// Nodes are the launching nodes that take pending pods and the new nodes to launch, in
+	// that order.
+	Nodes []NodePlan
+	// CostUSDPerHour is the sum of the known prices of the new nodes.
+	CostUSDPerHour float64
+	// UnknownPriceNodes counts the new nodes whose type has no price in the catalog.
+	UnknownPriceNodes int
+}
+
+// New returns the nodes to launch.
+func (s ScaleUp) New() []NodePlan {
+	var out []NodePlan
+	for _, n := range s.Nodes {
+		if !n.Launching {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// NodePlan is one node and the pending pods planned onto it.
+type NodePlan struct {
+	// Name is the launching node's name; empty for a new node.
+	Name         string
+	Launching    bool
+	InstanceType topology.InstanceType
+	// Mode is labels.AllocationModeDevicePlugin or labels.AllocationModeDRA.
+	Mode string
+	// Pods are the pods of this plan, in the order they were simulated. For a launching node,
+	// only the pods added now.
+	Pods []Placement
+}
+
+// Labels are the labels the node carries (NewNodeLabels).
+func (n NodePlan) Labels() map[string]string { return NewNodeLabels(n.InstanceType, n.Mode) }
+
+// Placement is a pod and the devices and cores the simulation gave it. The scheduler chooses the
+// real ones; the simulation proves that they exist.
+type Placement struct {
+	Pod      string // namespace/name
+	UID      types.UID
+	Hardware []topology.Allocation
+}
+
+// Decision is the outcome for one pending pod: an event on the pod.
+type Decision struct {
+	Pod     string // namespace/name
+	UID     types.UID
+	Reason  string // ReasonTriggeredScaleUp or ReasonNotTriggerScaleUp
+	Message string
+	// Node is the index in ScaleUp.Nodes of the node that takes the pod; -1 when the pod is
+	// refused, or was planned onto a launching node by an earlier plan (Launching is then true
+	// and the message names the node).
+	Node int
+	// Launching: the node was already launching, nothing new is launched for the pod.
+	Launching bool
+}
+
+// Warning reports whether the decision is a Warning event.
+func (d Decision) Warning() bool { return d.Reason == ReasonNotTriggerScaleUp }
+
+// Plan chooses the nodes to launch for pending pods that passed Check. Pods fill the launching
+// nodes first; the others go on new nodes, packed several to a node where that is cheaper, so
+// that the total hourly price is the lowest the search finds (when every pod is placed, never
+// above one node of the cheapest fitting type per pod). Every pod gets a Decision, in the order
+// of pending.
+func Plan(pending []PodDemand, launching []NodeOption, opts Options) (ScaleUp, []Decision) {
+	p := newPlanner(pending, launching, opts)
+	packed := p.run(true)
+	naive := p.run(false)
+	best := packed
+	if naive.worse(packed) < 0 {
+		best = naive
+	}
+	return p.result(best)
+}

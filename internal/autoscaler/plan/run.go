@@ -1,0 +1,378 @@
+package plan
+
+import (
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// run is one search's state.
+type run struct {
+	p        *planner
+	nodes    []*node  // launching nodes first, then new ones
+	at       []*node  // per pod: the node of the run that takes it; nil for none
+	prior    []bool   // per pod: already planned onto a launching node before this plan
+	blocked  []string // per pod without a node: why
+	nodesCap int      // new nodes the limits allow; -1 no limit
+	devCap   int      // new devices the limits allow; -1 no limit
+	launchN  int      // launching nodes (counted against the limits)
+	launchD  int      // their devices
+	newN     int      // new nodes in nodes
+	newD     int      // their devices
+	// next finds the free pods in order without walking the placed ones: next[k] is k when the
+	// pod at position k of the order is free, else a position at or before the next free one
+	// (len(order) when none).
+	next []int
+}
+
+// run builds a plan: pack packs several pods per new node and improves the result; without it
+// every pod that no launching node takes gets a node of its own.
+func (p *planner) run(pack bool) *run {
+	r := &run{p: p, at: make([]*node, len(p.pending)), prior: make([]bool, len(p.pending)), blocked: make([]string, len(p.pending))}
+	for _, lo := range p.launching {
+		r.addLaunching(lo)
+	}
+	r.nodesCap, r.devCap = -1, -1
+	if p.opts.MaxNodes > 0 {
+		r.nodesCap = max(0, p.opts.MaxNodes-p.opts.Existing.Nodes-r.launchN)
+	}
+	if p.opts.MaxDevices > 0 {
+		r.devCap = max(0, p.opts.MaxDevices-p.opts.Existing.Devices-r.launchD)
+	}
+	// Pods already planned onto a launching node stay there.
+	r.next = make([]int, len(p.pending)+1)
+	for k := range r.next {
+		r.next[k] = k
+	}
+	for i, d := range p.pending {
+		if _, r.prior[i] = p.absorbed[d.id()]; r.prior[i] {
+			r.taken(i)
+		}
+	}
+	// Launching nodes first: they cost nothing more.
+	for _, i := range p.order {
+		if r.free(i) {
+			r.placeExisting(i, true)
+		}
+	}
+	for _, i := range p.order {
+		if !r.free(i) {
+			continue
+		}
+		if pack && r.placeExisting(i, false) {
+			continue
+		}
+		r.open(i, pack)
+	}
+	if pack {
+		for r.evacuate() || r.merge() || r.downsize() {
+		}
+		for _, i := range p.order { // limits may have room again
+			if r.free(i) && !r.placeExisting(i, false) {
+				r.open(i, true)
+			}
+		}
+	}
+	return r
+}
+
+// addLaunching adds a launching node to the run, with the pods on it (bound first) and those
+// earlier plans put on it that still fit; it counts against the limits even when it cannot take
+// pods.
+func (r *run) addLaunching(lo NodeOption) {
+	p := r.p
+	r.launchN++
+	t, ok := p.opts.Catalog.Lookup(lo.InstanceType)
+	if !ok {
+		return // counts against the limits; cannot take pods
+	}
+	r.launchD += t.Devices
+	ti, ok := p.typeIndex[t.Name]
+	if !ok || p.sim.shape(t) == nil {
+		return
+	}
+	mode := lo.Mode
+	if mode == "" {
+		mode = labels.AllocationModeDevicePlugin
+	}
+	n := p.newNode(ti, mode)
+	n.name, n.launching = lo.Name, true
+	for _, d := range lo.Bound {
+		p.sim.place(n.u, d) // real: placed first (one that does not fit cannot be on it)
+	}
+	earlier := slices.Clone(lo.Pods)
+	sort.SliceStable(earlier, func(a, b int) bool { return weight(earlier[a]) > weight(earlier[b]) })
+	for _, d := range earlier {
+		if _, _, ok := p.sim.place(n.u, d); !ok {
+			delete(p.absorbed, d.id()) // its room was taken: plan it again
+		}
+	}
+	p.refresh(n)
+	r.adopt(n)
+}
+
+// free reports whether pod i has no node yet.
+func (r *run) free(i int) bool { return r.at[i] == nil && !r.prior[i] }
+
+// taken records that pod i is no longer free: the walk over free pods skips it from now on.
+func (r *run) taken(i int) {
+	k := r.p.rank[i]
+	r.next[k] = k + 1
+}
+
+// nextFree returns the position in the order of the first free pod at or after position k,
+// len(order) when there is none.
+func (r *run) nextFree(k int) int {
+	root := k
+	for r.next[root] != root {
+		root = r.next[root]
+	}
+	for k != root { // point the walked positions at the free one, so the next walk is short
+		next := r.next[k]
+		r.next[k] = root
+		k = next
+	}
+	return root
+}
+
+// assign records pod i as placed on n.
+func (r *run) assign(i int, n *node) {
+	r.at[i] = n
+	r.blocked[i] = ""
+	r.taken(i)
+}
+
+// put records the pods of n as placed there.
+func (r *run) put(n *node) {
+	for _, pl := range n.pods {
+		r.assign(pl.pod, n)
+	}
+}
+
+// adopt adds n to the run's nodes.
+func (r *run) adopt(n *node) {
+	r.nodes = append(r.nodes, n)
+	if !n.launching {
+		r.newN++
+		r.newD += n.t.Devices
+	}
+}
+
+// replace puts m in the place of the new node at k.
+func (r *run) replace(k int, m *node) {
+	r.newD += m.t.Devices - r.nodes[k].t.Devices
+	r.nodes[k] = m
+	r.put(m)
+}
+
+// remove deletes the new node at k.
+func (r *run) remove(k int) {
+	r.newN--
+	r.newD -= r.nodes[k].t.Devices
+	r.nodes = slices.Delete(r.nodes, k, k+1)
+}
+
+// compatible reports whether pod i may go on node n.
+func (r *run) compatible(i int, n *node) bool {
+	p := r.p
+	return n.mode == p.mode[i] && p.allow[i].has(n.ti) && (n.launching || p.famOK[n.ti])
+}
+
+// placeExisting puts pod i on the node of the run (launching ones only, or every one) where it
+// fits tightest.
+func (r *run) placeExisting(i int, launchingOnly bool) bool {
+	p := r.p
+	q := p.req[i]
+	var best *node
+	bestScore := math.Inf(-1)
+	for _, n := range r.nodes {
+		if (launchingOnly && !n.launching) || !r.compatible(i, n) {
+			continue
+		}
+		if f := p.fitOn(n, q); f.ok && f.score > bestScore {
+			best, bestScore = n, f.score
+		}
+	}
+	if best == nil {
+		return false
+	}
+	p.add(best, i)
+	r.assign(i, best)
+	return true
+}
+
+// withinLimits reports whether the run's new nodes may change by dNodes nodes and dDevices
+// devices.
+func (r *run) withinLimits(dNodes, dDevices int) bool {
+	return (r.nodesCap < 0 || r.newN+dNodes <= r.nodesCap) && (r.devCap < 0 || r.newD+dDevices <= r.devCap)
+}
+
+// limitState is what the limits' verdicts depend on: nothing without limits.
+func (r *run) limitState() [2]int {
+	if r.nodesCap < 0 && r.devCap < 0 {
+		return [2]int{}
+	}
+	return [2]int{r.newN, r.newD}
+}
+
+// open launches a new node for pod i: the type with the lowest price per value of the pods it
+// takes (pod i and, with pack, the later unplaced pods that fit beside it). Types with a known
+// price come first; unknown-price types only when no priced type serves the pod.
+func (r *run) open(i int, pack bool) {
+	p := r.p
+	cands := p.cands[i]
+	if len(cands) == 0 {
+		r.blocked[i] = p.noCandidate(i)
+		return
+	}
+	var within []topology.InstanceType
+	for _, t := range cands {
+		if r.withinLimits(1, t.Devices) {
+			within = append(within, t)
+		}
+	}
+	if len(within) == 0 {
+		r.blocked[i] = r.limitMessage(i)
+		return
+	}
+	var priced, unknown []topology.InstanceType
+	for _, t := range within {
+		if t.PriceKnown() {
+			priced = append(priced, t)
+		} else {
+			unknown = append(unknown, t)
+		}
+	}
+	try := priced
+	if len(try) == 0 {
+		try = unknown
+		sort.SliceStable(try, func(a, b int) bool { return try[a].Devices < try[b].Devices })
+	}
+	var best *node
+	bestRatio := math.Inf(1)
+	for _, t := range try {
+		n := r.fill(t, i, pack)
+		if n == nil {
+			continue
+		}
+		ratio := 0.0
+		if t.PriceKnown() {
+			v := 0.0
+			for _, pl := range n.pods {
+				v += p.value[pl.pod]
+			}
+			if *t.PriceUSDPerHour > 0 {
+				ratio = math.Inf(1)
+				if v > 0 {
+					ratio = *t.PriceUSDPerHour / v
+				}
+			}
+		} else if best == nil {
+			ratio = 0 // the smallest unknown-price type that serves the pod
+		} else {
+			continue
+		}
+		if best == nil || ratio < bestRatio-1e-12 {
+			best, bestRatio = n, ratio
+		}
+	}
+	if best == nil {
+		r.blocked[i] = p.noCandidate(i)
+		return
+	}
+	r.adopt(best)
+	r.put(best)
+}
+
+// fill simulates a new node of type t with pod i and, with pack, the later unplaced pods that fit.
+func (r *run) fill(t topology.InstanceType, i int, pack bool) *node {
+	p := r.p
+	ti, ok := p.typeIndex[t.Name]
+	if !ok || p.sim.shape(t) == nil {
+		return nil
+	}
+	n := p.newNode(ti, p.mode[i])
+	if !p.fitOn(n, p.req[i]).ok {
+		return nil
+	}
+	p.add(n, i)
+	if !pack {
+		return n
+	}
+	// Every free pod, in order, is tried once on the node as it is then. The node's state changes
+	// only when one is put on it, so the placement cache answers all but the first pod of each
+	// request shape between two puts.
+	order := p.order
+	for k := r.nextFree(0); k < len(order) && n.free > 0; k = r.nextFree(k + 1) {
+		j := order[k]
+		if j == i || !r.compatible(j, n) {
+			continue
+		}
+		if p.fitOn(n, p.req[j]).ok {
+			p.add(n, j)
+		}
+	}
+	return n
+}
+
+// simulate places pods on a fresh node of type t, largest first; nil when they do not all fit.
+func (r *run) simulate(t topology.InstanceType, mode string, pods []int) *node {
+	p := r.p
+	ti, ok := p.typeIndex[t.Name]
+	if !ok || p.sim.shape(t) == nil {
+		return nil
+	}
+	pods = slices.Clone(pods)
+	p.sortPods(pods)
+	n := p.newNode(ti, mode)
+	for _, i := range pods {
+		if !r.compatible(i, n) {
+			return nil
+		}
+		if !p.fitOn(n, p.req[i]).ok {
+			return nil
+		}
+		p.add(n, i)
+	}
+	return n
+}
+
+// cost is the run's rank: unplaced pods, then unknown-price nodes, then known price.
+func (r *run) cost() (unplaced, unknown int, usd float64) {
+	for i := range r.at {
+		if r.free(i) {
+			unplaced++
+		}
+	}
+	for _, n := range r.nodes {
+		if n.launching {
+			continue
+		}
+		if n.t.PriceKnown() {
+			usd += *n.t.PriceUSDPerHour
+		} else {
+			unknown++
+		}
+	}
+	return unplaced, unknown, usd
+}
+
+// worse compares two runs: negative when r is better than o.
+func (r *run) worse(o *run) int {
+	ru, rk, rc := r.cost()
+	ou, ok, oc := o.cost()
+	switch {
+	case ru != ou:
+		return ru - ou
+	case rk != ok:
+		return rk - ok
+	case rc < oc-1e-9:
+		return -1
+	case rc > oc+1e-9:
+		return 1
+	}
+	return 0
+}
