@@ -83,31 +83,11 @@ func optimalFleet(pending []PodDemand, opts Options) fleet {
 	if n > maxOraclePods || opts.MaxNodes > 0 || opts.MaxDevices > 0 {
 		panic(fmt.Sprintf("the oracle takes at most %d pods and no limits", maxOraclePods))
 	}
-	cat, policy := opts.Catalog, opts.Policy
-	if cat == nil {
-		cat = topology.DefaultCatalog()
-	}
-	if policy == "" {
-		policy = topology.BestFit
-	}
-	// The node types, cheapest first: priced ones by price, then those without a price.
-	var shapes []*topology.Shape
-	for _, t := range cat.Types() {
-		if shape, err := topology.NewShape(t, 0); err == nil && (len(opts.Families) == 0 || slices.Contains(opts.Families, t.Family)) {
-			shapes = append(shapes, shape)
-		}
-	}
-	slices.SortStableFunc(shapes, func(a, b *topology.Shape) int { return nodeCost(a.Type).compare(nodeCost(b.Type)) })
+	shapes, policy := nodeTypes(opts)
 	// node[set]: the cheapest type that takes the pods of the set together; -1 for none.
 	node := make([]int, 1<<n)
 	for set := 1; set < 1<<n; set++ {
-		node[set] = -1
-		for k, shape := range shapes {
-			if fitsTogether(pending, set, shape, policy) {
-				node[set] = k
-				break
-			}
-		}
+		node[set] = slices.IndexFunc(shapes, func(s *topology.Shape) bool { return fitsTogether(pending, set, s, policy) })
 	}
 	// best[set]: the cheapest fleet for the pods of the set. Its lowest pod is unplaced, or on a
 	// node with some of the others.
@@ -141,6 +121,39 @@ func optimalFleet(pending []PodDemand, opts Options) fleet {
 		set ^= sub
 	}
 	return f
+}
+
+// nodeTypes returns the shapes of the types a new node may have under opts, cheapest first
+// (priced ones by price, then those without a price), and the placement policy.
+func nodeTypes(opts Options) ([]*topology.Shape, topology.Policy) {
+	cat := opts.Catalog
+	if cat == nil {
+		cat = topology.DefaultCatalog()
+	}
+	var shapes []*topology.Shape
+	for _, t := range cat.Types() {
+		if shape, err := topology.NewShape(t, 0); err == nil && (len(opts.Families) == 0 || slices.Contains(opts.Families, t.Family)) {
+			shapes = append(shapes, shape)
+		}
+	}
+	slices.SortStableFunc(shapes, func(a, b *topology.Shape) int { return nodeCost(a.Type).compare(nodeCost(b.Type)) })
+	return shapes, cmp.Or(opts.Policy, topology.BestFit)
+}
+
+// perPodCost is the cost of a node of the cheapest type for each pod alone: what Plan promises
+// not to exceed when every pod has a priced type. It takes batches of any size.
+func perPodCost(pending []PodDemand, opts Options) fleetCost {
+	shapes, policy := nodeTypes(opts)
+	var c fleetCost
+	for i := range pending {
+		k := slices.IndexFunc(shapes, func(s *topology.Shape) bool { return fitsTogether(pending[i:i+1], 1, s, policy) })
+		if k < 0 {
+			c.unplaced++
+		} else {
+			c = c.plus(nodeCost(shapes[k].Type))
+		}
+	}
+	return c
 }
 
 // oracleRequest is one request of a pod: devices or cores for the device plugin, whole devices

@@ -82,10 +82,7 @@ func TestPlanAgainstOptimum(t *testing.T) {
 			if got.unplaced != opt.cost.unplaced {
 				t.Errorf("%s: the plan leaves more pods without a node", show)
 			}
-			perPod := fleetCost{}
-			for i := range pending {
-				perPod = perPod.plus(optimalFleet(pending[i:i+1], opts).cost)
-			}
+			perPod := perPodCost(pending, opts)
 			if perPod.unplaced == 0 && perPod.unknown == 0 && got.compare(perPod) > 0 {
 				t.Errorf("%s, more than one node of the cheapest type per pod, %+v", show, perPod)
 			}
