@@ -4,12 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"math/bits"
-	"reflect"
 	"slices"
-	"strings"
-	"testing"
 
-	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -245,66 +241,4 @@ func oraclePlace(u *topology.Usage, r oracleRequest, policy topology.Policy) (*t
 		panic(fmt.Sprintf("the topology engine placed %v where it does not fit: %v", r, err))
 	}
 	return next, true
-}
-
-// TestOracle: the oracle's fleets for batches whose cheapest fleet is worked out by hand.
-func TestOracle(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		pending []PodDemand
-		opts    Options
-		want    []planned
-		cost    fleetCost
-	}{
-		{
-			name:    "a device, two cores and eight cores share an inf1.6xlarge",
-			pending: []PodDemand{testPod("dev").devices(1).demand(), testPod("two").cores(2).demand(), testPod("eight").cores(8).demand()},
-			want:    []planned{{"inf1.6xlarge", []string{"dev", "eight", "two"}}}, cost: fleetCost{usd: 1.18},
-		},
-		{
-			name:    "four devices: four inf1.xlarge cost less than an inf1.6xlarge",
-			pending: []PodDemand{testPod("a").devices(1).demand(), testPod("b").devices(1).demand(), testPod("c").devices(1).demand(), testPod("d").devices(1).demand()},
-			want:    []planned{{"inf1.xlarge", []string{"a"}}, {"inf1.xlarge", []string{"b"}}, {"inf1.xlarge", []string{"c"}}, {"inf1.xlarge", []string{"d"}}},
-			cost:    fleetCost{usd: 4 * 0.228},
-		},
-		{
-			name:    "the pods of two modes never share a node; all devices take a node of their own",
-			pending: []PodDemand{testPod("dp").cores(1).demand(), testPod("dra").demand(DRARequest{Count: 1}), testPod("all").demand(DRARequest{All: true})},
-			want:    []planned{{"inf1.xlarge", []string{"all"}}, {"inf1.xlarge", []string{"dp"}}, {"inf1.xlarge", []string{"dra"}}},
-			cost:    fleetCost{usd: 3 * 0.228},
-		},
-		{
-			name: "a pod no type serves stays out; a type without a price counts before prices",
-			pending: []PodDemand{
-				testPod("seven").devices(7).selector(labels.InstanceFamily, "trn1").demand(),
-				testPod("big").devices(16).selector(labels.InstanceType, "trn2.48xlarge").demand(),
-				testPod("small").devices(1).demand(),
-			},
-			want: []planned{{"inf1.xlarge", []string{"small"}}, {"trn2.48xlarge", []string{"big"}}},
-			cost: fleetCost{unplaced: 1, unknown: 1, usd: 0.228},
-		},
-		{
-			name:    "only the allowed families",
-			pending: []PodDemand{testPod("a").devices(1).demand()},
-			opts:    Options{Families: []string{"trn1"}},
-			want:    []planned{{"trn1.2xlarge", []string{"a"}}}, cost: fleetCost{usd: 1.34375},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := optimalFleet(tc.pending, tc.opts)
-			var got []planned
-			for _, n := range f.nodes {
-				p := planned{typ: n.typ.Name}
-				for _, i := range n.pods {
-					p.pods = append(p.pods, tc.pending[i].Pod.Name)
-				}
-				slices.Sort(p.pods)
-				got = append(got, p)
-			}
-			slices.SortFunc(got, func(a, b planned) int { return cmp.Or(strings.Compare(a.typ, b.typ), slices.Compare(a.pods, b.pods)) })
-			if !reflect.DeepEqual(got, tc.want) || f.cost.compare(tc.cost) != 0 {
-				t.Errorf("fleet %v costs %+v, want %v at %+v", got, f.cost, tc.want, tc.cost)
-			}
-		})
-	}
 }
