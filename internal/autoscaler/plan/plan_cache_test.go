@@ -225,7 +225,7 @@ func improvable(t *testing.T) []improvableRound {
 	return []improvableRound{
 		{
 			// The pods of the largest requests first: p5 takes an inf1.24xlarge of its own; p0
-			// opens another with p1 and p2, p4 a third with p6; p3 may only go on a trn1.32xlarge,
+			// opens another with p2 and p1, p6 a third with p4; p3 may only go on a trn1.32xlarge,
 			// which has room to spare. p0 and p1 move there and p2 beside p4 and p6: the node they
 			// leave empty goes, $30.942/h instead of $35.663/h.
 			name: "evacuate: an inf1.24xlarge whose pods fit on the other nodes",

@@ -436,16 +436,9 @@ func TestPlanProperties(t *testing.T) {
 			if len(launching) > 0 || opts.MaxNodes > 0 || opts.MaxDevices > 0 {
 				return
 			}
-			p := newPlanner(pending, nil, opts)
-			naive := 0.0
-			for i := range pending {
-				if len(p.cands[i]) == 0 || !p.cands[i][0].PriceKnown() {
-					return
-				}
-				naive += *p.cands[i][0].PriceUSDPerHour
-			}
-			if plan.CostUSDPerHour > naive+1e-9 {
-				t.Errorf("plan costs %v, one node per pod %v", plan.CostUSDPerHour, naive)
+			naive := perPodCost(pending, opts)
+			if got := planCost(plan, decisions); naive.unplaced == 0 && naive.unknown == 0 && got.compare(naive) > 0 {
+				t.Errorf("plan costs %+v, one node per pod %+v", got, naive)
 			}
 		})
 	}
