@@ -690,11 +690,17 @@ func TestControllerRun(t *testing.T) {
 		}
 	}()
 	waitFor(t, func() bool { return c.synced.Load() })
+	// b arrives once a has started the batch, within its window.
 	for _, name := range []string{"a", "b"} {
-		if _, err := e.client.CoreV1().Pods("default").Create(ctx, pendingPod(testPod(name).devices(4).selector(labels.InstanceFamily, "trn1")), metav1.CreateOptions{}); err != nil {
+		p, err := e.client.CoreV1().Pods("default").Create(ctx, pendingPod(testPod(name).devices(4).selector(labels.InstanceFamily, "trn1")), metav1.CreateOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		waitFor(t, func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.seen[p.UID]
+		})
 	}
 	waitFor(t, func() bool { return len(e.provider.launched()) > 0 })
 	if got := e.provider.launched(); len(got) != 1 || got[0].Annotations[PlannedPodsAnnotation] != "default/a,default/b" {

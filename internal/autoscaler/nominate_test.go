@@ -2,7 +2,6 @@ package autoscaler
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -90,8 +89,8 @@ func TestControllerFollowsARenamedNode(t *testing.T) {
 	if len(insts) != 1 || insts[0].Name != node {
 		t.Errorf("instances %+v, want the one node, named %s", insts, node)
 	}
-	if _, ok := c.tracked[node]; !ok || len(c.tracked) != 1 {
-		t.Errorf("tracked %v, want %s only", slices.Collect(maps.Keys(c.tracked)), node)
+	if got := c.fleet.in(phaseLaunching); !slices.Equal(got, []string{node}) {
+		t.Errorf("launching %v, want %s only", got, node)
 	}
 	if got := e.nominated("a"); got != node {
 		t.Errorf("pod a nominated to %q, want %s", got, node)

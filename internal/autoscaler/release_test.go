@@ -76,6 +76,17 @@ func (e *env) clearNomination(c *Controller, pod string) {
 	})
 }
 
+// clearNominationHandled clears the pod's nomination and waits until the controller has
+// handled the clear, including any nomination it writes again.
+func (e *env) clearNominationHandled(c *Controller, pod string) {
+	e.t.Helper()
+	c.renominating.Wait()
+	n := c.clearsHandled.Load()
+	e.clearNomination(c, pod)
+	waitFor(e.t, func() bool { return c.clearsHandled.Load() > n })
+	c.renominating.Wait()
+}
+
 // taints returns the node's taint keys as the API server has them.
 func (e *env) taints(node string) []string {
 	e.t.Helper()
@@ -151,12 +162,12 @@ func TestControllerReleasesANodeOnceItsPodsAreNominated(t *testing.T) {
 	}())
 	e.clock.Add(settleAfterReady - time.Second)
 	round(t, c)
-	if _, ok := c.tracked[node]; !ok || len(e.provider.launched()) != 1 {
+	if c.fleet.get(node).phase != phaseLaunching || len(e.provider.launched()) != 1 {
 		t.Errorf("the node settled %s after its release (launches %d), want it launching for %s", settleAfterReady-time.Second, len(e.provider.launched()), settleAfterReady)
 	}
 	e.clock.Add(time.Second)
 	round(t, c)
-	if _, ok := c.tracked[node]; ok {
+	if c.fleet.get(node).phase == phaseLaunching {
 		t.Errorf("the node still launching %s after its release", settleAfterReady)
 	}
 }
@@ -376,8 +387,7 @@ func TestControllerNominatesAgainWhenTheSchedulerClears(t *testing.T) {
 	round(t, c)
 	node := NodeName("inf1.xlarge", []string{"default/a"})
 	e.putNode(c, heldNode(node, "inf1.xlarge", t0, false))
-	e.clearNomination(c, "a")
-	time.Sleep(100 * time.Millisecond)
+	e.clearNominationHandled(c, "a")
 	if got := e.nominated("a"); got != "" {
 		t.Errorf("pod a nominated to %q between rounds while its node is held, want no nomination until the next round", got)
 	}
@@ -399,8 +409,7 @@ func TestControllerNominatesAgainWhenTheSchedulerClears(t *testing.T) {
 	})
 
 	// Once: the pod failed on its own node again.
-	e.clearNomination(c, "a")
-	time.Sleep(100 * time.Millisecond)
+	e.clearNominationHandled(c, "a")
 	if got := e.nominated("a"); got != "" {
 		t.Errorf("pod a nominated to %q again, want it left to the next round's plan", got)
 	}

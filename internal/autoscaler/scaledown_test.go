@@ -179,8 +179,8 @@ func TestControllerScaleDownUncordonFails(t *testing.T) {
 	if got := e.patches(node); len(got) != 4 {
 		t.Errorf("patches %q, want one more uncordon, then none", got)
 	}
-	if e.unschedulable(node) || len(c.cordoned) != 0 {
-		t.Errorf("cordoned %v, nodes still to uncordon %v", e.unschedulable(node), c.cordoned)
+	if cordoned := c.fleet.cordoned(); e.unschedulable(node) || len(cordoned) != 0 {
+		t.Errorf("cordoned %v, nodes still to uncordon %v", e.unschedulable(node), cordoned)
 	}
 }
 

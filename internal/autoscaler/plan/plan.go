@@ -390,34 +390,7 @@ type run struct {
 func (p *planner) run(pack bool) *run {
 	r := &run{p: p, at: make([]*node, len(p.pending)), prior: make([]bool, len(p.pending)), blocked: make([]string, len(p.pending))}
 	for _, lo := range p.launching {
-		r.launchN++
-		t, ok := p.opts.Catalog.Lookup(lo.InstanceType)
-		if !ok {
-			continue // counts against the limits; cannot take pods
-		}
-		r.launchD += t.Devices
-		ti, ok := p.typeIndex[t.Name]
-		if !ok || p.sim.shape(t) == nil {
-			continue
-		}
-		mode := lo.Mode
-		if mode == "" {
-			mode = labels.AllocationModeDevicePlugin
-		}
-		n := p.newNode(ti, mode)
-		n.name, n.launching = lo.Name, true
-		for _, d := range lo.Bound {
-			p.sim.place(n.u, d) // real: placed first (one that does not fit cannot be on it)
-		}
-		earlier := slices.Clone(lo.Pods)
-		sort.SliceStable(earlier, func(a, b int) bool { return weight(earlier[a]) > weight(earlier[b]) })
-		for _, d := range earlier {
-			if _, _, ok := p.sim.place(n.u, d); !ok {
-				delete(p.absorbed, d.id()) // its room was taken: plan it again
-			}
-		}
-		p.refresh(n)
-		r.adopt(n)
+		r.addLaunching(lo)
 	}
 	r.nodesCap, r.devCap = -1, -1
 	if p.opts.MaxNodes > 0 {
@@ -461,6 +434,41 @@ func (p *planner) run(pack bool) *run {
 		}
 	}
 	return r
+}
+
+// addLaunching adds a launching node to the run, with the pods on it (bound first) and those
+// earlier plans put on it that still fit; it counts against the limits even when it cannot take
+// pods.
+func (r *run) addLaunching(lo NodeOption) {
+	p := r.p
+	r.launchN++
+	t, ok := p.opts.Catalog.Lookup(lo.InstanceType)
+	if !ok {
+		return // counts against the limits; cannot take pods
+	}
+	r.launchD += t.Devices
+	ti, ok := p.typeIndex[t.Name]
+	if !ok || p.sim.shape(t) == nil {
+		return
+	}
+	mode := lo.Mode
+	if mode == "" {
+		mode = labels.AllocationModeDevicePlugin
+	}
+	n := p.newNode(ti, mode)
+	n.name, n.launching = lo.Name, true
+	for _, d := range lo.Bound {
+		p.sim.place(n.u, d) // real: placed first (one that does not fit cannot be on it)
+	}
+	earlier := slices.Clone(lo.Pods)
+	sort.SliceStable(earlier, func(a, b int) bool { return weight(earlier[a]) > weight(earlier[b]) })
+	for _, d := range earlier {
+		if _, _, ok := p.sim.place(n.u, d); !ok {
+			delete(p.absorbed, d.id()) // its room was taken: plan it again
+		}
+	}
+	p.refresh(n)
+	r.adopt(n)
 }
 
 // free reports whether pod i has no node yet.
