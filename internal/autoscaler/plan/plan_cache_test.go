@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -138,14 +139,14 @@ func TestPlanDeterministic(t *testing.T) {
 // node as it is then, never one cached for an earlier state of the node.
 func TestPlanCacheFollowsUsage(t *testing.T) {
 	pending := []PodDemand{
-		testPod("dev1").devices(1).demand(),
-		testPod("dev2").devices(2).demand(),
-		testPod("dev4").devices(4).demand(),
-		testPod("core1").cores(1).demand(),
-		testPod("core3").cores(3).demand(),
-		testPod("two-containers").cores(2).devices(1).demand(),
-		testPod("dra2").demand(DRARequest{Count: 2}),
-		testPod("dra-all").demand(DRARequest{All: true}),
+		demand(testPod("dev1").Neuron(1)),
+		demand(testPod("dev2").Neuron(2)),
+		demand(testPod("dev4").Neuron(4)),
+		demand(testPod("core1").NeuronCores(1)),
+		demand(testPod("core3").NeuronCores(3)),
+		demand(testPod("two-containers").NeuronCores(2).Container("c1", topology.ResourceNeuron, 1)),
+		demand(testPod("dra2"), DRARequest{Count: 2}),
+		demand(testPod("dra-all"), DRARequest{All: true}),
 	}
 	p := newPlanner(pending, nil, Options{})
 	if len(p.reqs) != len(pending) {
@@ -191,7 +192,7 @@ func TestPlanCacheFollowsUsage(t *testing.T) {
 // get their own copies of the cached allocation, so changing one plan's hardware changes no
 // other's.
 func TestPlanHardwareNotShared(t *testing.T) {
-	pending := []PodDemand{testPod("a").devices(1).demand(), testPod("b").devices(1).demand()}
+	pending := []PodDemand{demand(testPod("a").Neuron(1)), demand(testPod("b").Neuron(1))}
 	plan, _ := Plan(pending, nil, Options{})
 	nodes := plan.New()
 	if len(nodes) != 2 || len(nodes[0].Pods) != 1 || len(nodes[1].Pods) != 1 {
@@ -230,13 +231,13 @@ func improvable(t *testing.T) []improvableRound {
 			// leave empty goes, $30.942/h instead of $35.663/h.
 			name: "evacuate: an inf1.24xlarge whose pods fit on the other nodes",
 			pending: []PodDemand{
-				testPod("p0").devices(1).devices(8).demand(),
-				testPod("p1").cores(1).demand(),
-				testPod("p2").cores(16).demand(),
-				testPod("p3").devices(1).cores(2).selector(labels.InstanceFamily, "trn1").demand(),
-				testPod("p4").devices(6).selector(labels.InstanceFamily, "inf1").demand(),
-				testPod("p5").devices(16).affinity(term(expr(labels.InstanceFamily, "NotIn", "trn1n"))).demand(),
-				testPod("p6").cores(16).demand(),
+				demand(testPod("p0").Neuron(1).Container("c1", topology.ResourceNeuron, 8)),
+				demand(testPod("p1").NeuronCores(1)),
+				demand(testPod("p2").NeuronCores(16)),
+				demand(testPod("p3").Neuron(1).Container("c1", topology.ResourceNeuronCore, 2).Selector(labels.InstanceFamily, "trn1")),
+				demand(testPod("p4").Neuron(6).Selector(labels.InstanceFamily, "inf1")),
+				demand(testPod("p5").Neuron(16).Affinity(testkit.Term(testkit.Expr(labels.InstanceFamily, "NotIn", "trn1n")))),
+				demand(testPod("p6").NeuronCores(16)),
 			},
 			want: []planned{{"inf1.24xlarge", []string{"p5"}}, {"inf1.24xlarge", []string{"p2", "p4", "p6"}}, {"trn1.32xlarge", []string{"p0", "p1", "p3"}}},
 			cost: 30.942,
@@ -247,9 +248,9 @@ func improvable(t *testing.T) []improvableRound {
 			// one inf1.6xlarge with the three pods beats.
 			name: "merge: an inf2.24xlarge and an inf1.xlarge into one inf1.6xlarge",
 			pending: []PodDemand{
-				in(testPod("p0").cores(3), "inf1.xlarge", "inf2.24xlarge", "inf1.6xlarge"),
-				in(testPod("p1").cores(3), "inf1.xlarge", "inf1.6xlarge"),
-				in(testPod("p2").devices(1), "inf1.xlarge", "inf2.24xlarge", "inf1.6xlarge"),
+				in(testPod("p0").NeuronCores(3), "inf1.xlarge", "inf2.24xlarge", "inf1.6xlarge"),
+				in(testPod("p1").NeuronCores(3), "inf1.xlarge", "inf1.6xlarge"),
+				in(testPod("p2").Neuron(1), "inf1.xlarge", "inf2.24xlarge", "inf1.6xlarge"),
 			},
 			opts: Options{Catalog: catalog("- {name: inf1.xlarge, priceUSDPerHour: 1.0}\n" +
 				"- {name: inf2.24xlarge, priceUSDPerHour: 1.2}\n- {name: inf1.6xlarge, priceUSDPerHour: 2.0}\n")},
@@ -261,10 +262,10 @@ func improvable(t *testing.T) []improvableRound {
 			// three pods of the inf1.24xlarge fit on an inf1.6xlarge.
 			name: "downsize: an inf1.24xlarge to an inf1.6xlarge",
 			pending: []PodDemand{
-				in(testPod("i").devices(2), "inf1.6xlarge", "inf1.24xlarge"),
-				in(testPod("k").devices(2), "inf1.6xlarge"),
-				in(testPod("j1").devices(1), "inf1.6xlarge", "inf1.24xlarge"),
-				in(testPod("j2").devices(1), "inf1.6xlarge", "inf1.24xlarge"),
+				in(testPod("i").Neuron(2), "inf1.6xlarge", "inf1.24xlarge"),
+				in(testPod("k").Neuron(2), "inf1.6xlarge"),
+				in(testPod("j1").Neuron(1), "inf1.6xlarge", "inf1.24xlarge"),
+				in(testPod("j2").Neuron(1), "inf1.6xlarge", "inf1.24xlarge"),
 			},
 			opts: Options{Catalog: catalog("- {name: inf1.24xlarge, priceUSDPerHour: 1.5}\n")},
 			want: []planned{{"inf1.6xlarge", []string{"i", "j1", "j2"}}, {"inf1.6xlarge", []string{"k"}}}, cost: 2.36,
@@ -308,8 +309,8 @@ func priceCatalog(t *testing.T, prices string) *topology.Catalog {
 }
 
 // in is the pod with required node affinity for the given instance types.
-func in(b *podBuilder, types ...string) PodDemand {
-	return b.affinity(term(expr(labels.InstanceType, "In", types...))).demand()
+func in(b *testkit.PodWrapper, types ...string) PodDemand {
+	return demand(b.Affinity(testkit.Term(testkit.Expr(labels.InstanceType, "In", types...))))
 }
 
 // TestPlanMergeAndDownsize runs evacuate, merge and downsize steps on nodes set up by hand: a
@@ -324,10 +325,10 @@ func TestPlanMergeAndDownsize(t *testing.T) {
 	cat := priceCatalog(t, "- {name: inf1.xlarge, priceUSDPerHour: 1.0}\n- {name: inf1.6xlarge, priceUSDPerHour: 1.5}\n")
 	var pending []PodDemand
 	for i := range 8 {
-		pending = append(pending, in(testPod(fmt.Sprintf("p%d", i)).cores(3), "inf1.xlarge", "inf1.6xlarge"))
+		pending = append(pending, in(testPod(fmt.Sprintf("p%d", i)).NeuronCores(3), "inf1.xlarge", "inf1.6xlarge"))
 	}
 	for i := range 4 { // pods 8 to 11: a whole device each
-		pending = append(pending, in(testPod(fmt.Sprintf("d%d", i)).devices(1), "inf1.xlarge", "inf1.6xlarge"))
+		pending = append(pending, in(testPod(fmt.Sprintf("d%d", i)).Neuron(1), "inf1.xlarge", "inf1.6xlarge"))
 	}
 	setup := func(t *testing.T, devCap int) (*run, func(typ string, pods ...int)) {
 		p := newPlanner(pending, nil, Options{Catalog: cat})

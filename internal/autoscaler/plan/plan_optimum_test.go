@@ -70,34 +70,34 @@ func TestOracle(t *testing.T) {
 	}{
 		{
 			name:    "a device, two cores and eight cores share an inf1.6xlarge",
-			pending: []PodDemand{testPod("dev").devices(1).demand(), testPod("two").cores(2).demand(), testPod("eight").cores(8).demand()},
+			pending: []PodDemand{demand(testPod("dev").Neuron(1)), demand(testPod("two").NeuronCores(2)), demand(testPod("eight").NeuronCores(8))},
 			want:    []planned{{"inf1.6xlarge", []string{"dev", "eight", "two"}}}, cost: fleetCost{usd: 1.18},
 		},
 		{
 			name:    "four devices: four inf1.xlarge cost less than an inf1.6xlarge",
-			pending: []PodDemand{testPod("a").devices(1).demand(), testPod("b").devices(1).demand(), testPod("c").devices(1).demand(), testPod("d").devices(1).demand()},
+			pending: []PodDemand{demand(testPod("a").Neuron(1)), demand(testPod("b").Neuron(1)), demand(testPod("c").Neuron(1)), demand(testPod("d").Neuron(1))},
 			want:    []planned{{"inf1.xlarge", []string{"a"}}, {"inf1.xlarge", []string{"b"}}, {"inf1.xlarge", []string{"c"}}, {"inf1.xlarge", []string{"d"}}},
 			cost:    fleetCost{usd: 4 * 0.228},
 		},
 		{
 			name:    "the pods of two modes never share a node; all devices take a node of their own",
-			pending: []PodDemand{testPod("dp").cores(1).demand(), testPod("dra").demand(DRARequest{Count: 1}), testPod("all").demand(DRARequest{All: true})},
+			pending: []PodDemand{demand(testPod("dp").NeuronCores(1)), demand(testPod("dra"), DRARequest{Count: 1}), demand(testPod("all"), DRARequest{All: true})},
 			want:    []planned{{"inf1.xlarge", []string{"all"}}, {"inf1.xlarge", []string{"dp"}}, {"inf1.xlarge", []string{"dra"}}},
 			cost:    fleetCost{usd: 3 * 0.228},
 		},
 		{
 			name: "a pod no type serves stays out; a type without a price counts before prices",
 			pending: []PodDemand{
-				testPod("seven").devices(7).selector(labels.InstanceFamily, "trn1").demand(),
-				testPod("big").devices(16).selector(labels.InstanceType, "trn2.48xlarge").demand(),
-				testPod("small").devices(1).demand(),
+				demand(testPod("seven").Neuron(7).Selector(labels.InstanceFamily, "trn1")),
+				demand(testPod("big").Neuron(16).Selector(labels.InstanceType, "trn2.48xlarge")),
+				demand(testPod("small").Neuron(1)),
 			},
 			want: []planned{{"inf1.xlarge", []string{"small"}}, {"trn2.48xlarge", []string{"big"}}},
 			cost: fleetCost{unplaced: 1, unknown: 1, usd: 0.228},
 		},
 		{
 			name:    "only the allowed families",
-			pending: []PodDemand{testPod("a").devices(1).demand()},
+			pending: []PodDemand{demand(testPod("a").Neuron(1))},
 			opts:    Options{Families: []string{"trn1"}},
 			want:    []planned{{"trn1.2xlarge", []string{"a"}}}, cost: fleetCost{usd: 1.34375},
 		},
