@@ -7,12 +7,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
-func (b *podBuilder) scheduler(name string) *podBuilder {
-	b.p.Spec.SchedulerName = name
-	return b
+// withScheduler sets the pod's schedulerName.
+func withScheduler(w *testkit.PodWrapper, name string) *testkit.PodWrapper {
+	w.Obj().Spec.SchedulerName = name
+	return w
 }
 
 // TestKarpenterCoreCounts pins the catalog numbers the Karpenter warning rests on: Karpenter
@@ -42,7 +44,9 @@ func TestKarpenterCoreCounts(t *testing.T) {
 }
 
 func TestAdvise(t *testing.T) {
-	trn2 := func(b *podBuilder) *podBuilder { return b.selector(labels.InstanceType, "trn2.48xlarge") }
+	trn2 := func(b *testkit.PodWrapper) *testkit.PodWrapper {
+		return b.Selector(labels.InstanceType, "trn2.48xlarge")
+	}
 	for _, tc := range []struct {
 		name string
 		pod  *corev1.Pod
@@ -50,81 +54,81 @@ func TestAdvise(t *testing.T) {
 		want []string // reason: substring of the message, in order
 	}{{
 		name: "128 cores on trn2.48xlarge: Karpenter's count, twice the node's",
-		pod:  trn2(testPod("p").cores(128)).scheduler("my-scheduler").obj(),
-		want: []string{ReasonKarpenterNeuronCoreMismatch + ": container c0 requests aws.amazon.com/neuroncore: 128. Karpenter advertises 128 neuroncores on trn2.48xlarge (16 devices x 8 physical NeuronCores) and may launch one for this pod, " +
+		pod:  withScheduler(trn2(testPod("p").NeuronCores(128)), "my-scheduler").Obj(),
+		want: []string{ReasonKarpenterNeuronCoreMismatch + ": container main requests aws.amazon.com/neuroncore: 128. Karpenter advertises 128 neuroncores on trn2.48xlarge (16 devices x 8 physical NeuronCores) and may launch one for this pod, " +
 			"but at the default LNC=2 the device plugin advertises 64 (16 devices x 4 logical NeuronCores), so the pod would stay Pending on a node it cannot use. " +
 			"Request at most 64 neuroncores (at LNC=2 one logical NeuronCore is 2 physical ones: 128 physical cores are 64), or run the nodes at LNC=1"},
 	}, {
 		name: "96 cores through the Karpenter family label",
-		pod:  testPod("p").cores(96).selector(labels.InstanceFamily, "trn2").scheduler("my-scheduler").obj(),
-		want: []string{ReasonKarpenterNeuronCoreMismatch + ": container c0 requests aws.amazon.com/neuroncore: 96. Karpenter advertises 128 neuroncores on trn2.48xlarge"},
+		pod:  withScheduler(testPod("p").NeuronCores(96).Selector(labels.InstanceFamily, "trn2"), "my-scheduler").Obj(),
+		want: []string{ReasonKarpenterNeuronCoreMismatch + ": container main requests aws.amazon.com/neuroncore: 96. Karpenter advertises 128 neuroncores on trn2.48xlarge"},
 	}, {
 		name: "8 cores allowed on trn2.3xlarge: Karpenter counts 8 there, the node 4",
-		pod:  testPod("p").cores(8).selector(labels.InstanceType, "trn2.3xlarge").scheduler("my-scheduler").obj(),
-		want: []string{ReasonKarpenterNeuronCoreMismatch + ": container c0 requests aws.amazon.com/neuroncore: 8. Karpenter advertises 8 neuroncores on trn2.3xlarge (1 device x 8 physical NeuronCores)"},
+		pod:  withScheduler(testPod("p").NeuronCores(8).Selector(labels.InstanceType, "trn2.3xlarge"), "my-scheduler").Obj(),
+		want: []string{ReasonKarpenterNeuronCoreMismatch + ": container main requests aws.amazon.com/neuroncore: 8. Karpenter advertises 8 neuroncores on trn2.3xlarge (1 device x 8 physical NeuronCores)"},
 	}, {
 		name: "64 cores on trn2.48xlarge fit the node",
-		pod:  trn2(testPod("p").cores(64)).scheduler("my-scheduler").obj(),
+		pod:  withScheduler(trn2(testPod("p").NeuronCores(64)), "my-scheduler").Obj(),
 	}, {
 		name: "129 cores: more than Karpenter counts too (Check reports that it fits no type)",
-		pod:  trn2(testPod("p").cores(129)).scheduler("my-scheduler").obj(),
+		pod:  withScheduler(trn2(testPod("p").NeuronCores(129)), "my-scheduler").Obj(),
 	}, {
 		name: "32 cores on trn1.32xlarge: no LNC there",
-		pod:  testPod("p").cores(32).selector(labels.InstanceType, "trn1.32xlarge").scheduler("my-scheduler").obj(),
+		pod:  withScheduler(testPod("p").NeuronCores(32).Selector(labels.InstanceType, "trn1.32xlarge"), "my-scheduler").Obj(),
 	}, {
 		name: "devices are counted alike by Karpenter and the node",
-		pod:  trn2(testPod("p").devices(16)).scheduler("my-scheduler").obj(),
+		pod:  withScheduler(trn2(testPod("p").Neuron(16)), "my-scheduler").Obj(),
 	}, {
 		name: "4 devices without schedulerName",
-		pod:  testPod("p").devices(4).obj(),
-		want: []string{ReasonTopologyChecksSkipped + ": container c0 requests aws.amazon.com/neuron: 4 (4 devices) but the pod's schedulerName is default-scheduler, not my-scheduler: " +
+		pod:  testPod("p").Neuron(4).Obj(),
+		want: []string{ReasonTopologyChecksSkipped + ": container main requests aws.amazon.com/neuron: 4 (4 devices) but the pod's schedulerName is default-scheduler, not my-scheduler: " +
 			"the scheduler extender's topology checks are skipped. default-scheduler counts free devices and cores only, so it can place the pod on a node whose free devices are not connected " +
 			"(torus types accept only aligned blocks of 1, 4, 8 or 16 devices), and the kubelet then hands out what is free. " +
 			"Set spec.schedulerName: my-scheduler in the pod (template), or install the chart with scheduler.admissionPolicy.enabled=true to set it on every Neuron pod"},
 	}, {
 		name: "neurondevice 2 with another scheduler",
-		pod:  testPod("p").container("main", topology.ResourceNeuronDevice, 2).scheduler("volcano").obj(),
+		pod:  withScheduler(testPod("p").DefaultedContainer("main", topology.ResourceNeuronDevice, 2), "volcano").Obj(),
 		want: []string{ReasonTopologyChecksSkipped + ": container main requests aws.amazon.com/neurondevice: 2 (2 devices) but the pod's schedulerName is volcano, not my-scheduler"},
 	}, {
 		name: "one device without schedulerName: nothing to connect",
-		pod:  testPod("p").devices(1).obj(),
+		pod:  testPod("p").Neuron(1).Obj(),
 	}, {
 		name: "two containers of one device each: each is one device",
-		pod:  testPod("p").devices(1).devices(1).obj(),
+		pod:  testPod("p").Neuron(1).Container("c1", topology.ResourceNeuron, 1).Obj(),
 	}, {
 		name: "3 cores on inf2: two devices of 2 cores",
-		pod:  testPod("p").cores(3).selector(labels.InstanceType, "inf2.48xlarge").obj(),
-		want: []string{ReasonTopologyChecksSkipped + ": container c0 requests aws.amazon.com/neuroncore: 3 (3 cores, more than one device of inf2.48xlarge holds (2))"},
+		pod:  testPod("p").NeuronCores(3).Selector(labels.InstanceType, "inf2.48xlarge").Obj(),
+		want: []string{ReasonTopologyChecksSkipped + ": container main requests aws.amazon.com/neuroncore: 3 (3 cores, more than one device of inf2.48xlarge holds (2))"},
 	}, {
 		name: "4 cores on trn2.48xlarge: one device at LNC 2",
-		pod:  trn2(testPod("p").cores(4)).obj(),
+		pod:  trn2(testPod("p").NeuronCores(4)).Obj(),
 	}, {
 		name: "4 cores anywhere: two devices on inf2 (inf2.xlarge and inf2.8xlarge cannot serve 4)",
-		pod:  testPod("p").cores(4).obj(),
-		want: []string{ReasonTopologyChecksSkipped + ": container c0 requests aws.amazon.com/neuroncore: 4 (4 cores, more than one device of inf2.24xlarge holds (2))"},
+		pod:  testPod("p").NeuronCores(4).Obj(),
+		want: []string{ReasonTopologyChecksSkipped + ": container main requests aws.amazon.com/neuroncore: 4 (4 cores, more than one device of inf2.24xlarge holds (2))"},
 	}, {
 		name: "the extender on the default scheduler",
-		pod:  testPod("p").devices(4).obj(),
+		pod:  testPod("p").Neuron(4).Obj(),
 		o:    AdviceOptions{SchedulerName: "default-scheduler"},
 	}, {
 		name: "my-scheduler when the extender is on the default scheduler",
-		pod:  testPod("p").devices(4).scheduler("my-scheduler").obj(),
+		pod:  withScheduler(testPod("p").Neuron(4), "my-scheduler").Obj(),
 		o:    AdviceOptions{SchedulerName: "default-scheduler"},
-		want: []string{ReasonTopologyChecksSkipped + ": container c0 requests aws.amazon.com/neuron: 4 (4 devices) but the pod's schedulerName is my-scheduler, not default-scheduler"},
+		want: []string{ReasonTopologyChecksSkipped + ": container main requests aws.amazon.com/neuron: 4 (4 devices) but the pod's schedulerName is my-scheduler, not default-scheduler"},
 	}, {
 		name: "128 cores without schedulerName: no trn2 type serves them, so only Karpenter's warning",
-		pod:  trn2(testPod("p").cores(128)).obj(),
-		want: []string{ReasonKarpenterNeuronCoreMismatch + ": container c0 requests aws.amazon.com/neuroncore: 128."},
+		pod:  trn2(testPod("p").NeuronCores(128)).Obj(),
+		want: []string{ReasonKarpenterNeuronCoreMismatch + ": container main requests aws.amazon.com/neuroncore: 128."},
 	}, {
 		name: "both warnings",
-		pod:  trn2(testPod("p").cores(128).cores(16)).obj(),
+		pod:  trn2(testPod("p").NeuronCores(128).Container("c1", topology.ResourceNeuronCore, 16)).Obj(),
 		want: []string{
-			ReasonKarpenterNeuronCoreMismatch + ": container c0 requests aws.amazon.com/neuroncore: 128.",
+			ReasonKarpenterNeuronCoreMismatch + ": container main requests aws.amazon.com/neuroncore: 128.",
 			ReasonTopologyChecksSkipped + ": container c1 requests aws.amazon.com/neuroncore: 16 (16 cores, more than one device of trn2.48xlarge holds (4))",
 		},
 	}, {
 		name: "no Neuron request",
-		pod:  testPod("p").obj(),
+		pod:  testPod("p").Obj(),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Advise(tc.pod, tc.o)

@@ -15,71 +15,20 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
-// podBuilder builds test pods: testPod("p").devices(4).selector(labels.InstanceType, "trn1.32xlarge").obj().
-// A test pod tolerates the Neuron taint unless told otherwise.
-type podBuilder struct{ p *corev1.Pod }
-
-func testPod(name string) *podBuilder {
-	return &podBuilder{p: &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
-		Spec: corev1.PodSpec{Tolerations: []corev1.Toleration{
-			{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-		}},
-	}}
+// testPod starts a test pod called name that tolerates the Neuron taint, as the pods the
+// autoscaler acts on do: testPod("p").Neuron(4).Selector(labels.InstanceType, "trn1.32xlarge").Obj().
+func testPod(name string) *testkit.PodWrapper {
+	return testkit.MakePod().Name(name).TolerateNeuron()
 }
+
+// demand is the pod's PodDemand, with the given DRA requests.
+func demand(w *testkit.PodWrapper, dra ...DRARequest) PodDemand { return NewPodDemand(w.Obj(), dra) }
 
 func qty(n int) resource.Quantity { return *resource.NewQuantity(int64(n), resource.DecimalSI) }
-
-// container adds a container asking for count of res in limits and requests.
-func (b *podBuilder) container(name, res string, count int) *podBuilder {
-	l := corev1.ResourceList{corev1.ResourceName(res): qty(count)}
-	b.p.Spec.Containers = append(b.p.Spec.Containers, corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Limits: l, Requests: l.DeepCopy()}})
-	return b
-}
-
-func (b *podBuilder) devices(n int) *podBuilder {
-	return b.container("c"+itoa(len(b.p.Spec.Containers)), topology.ResourceNeuron, n)
-}
-
-func (b *podBuilder) cores(n int) *podBuilder {
-	return b.container("c"+itoa(len(b.p.Spec.Containers)), topology.ResourceNeuronCore, n)
-}
-
-func (b *podBuilder) selector(k, v string) *podBuilder {
-	if b.p.Spec.NodeSelector == nil {
-		b.p.Spec.NodeSelector = map[string]string{}
-	}
-	b.p.Spec.NodeSelector[k] = v
-	return b
-}
-
-// affinity sets required node affinity with the given terms.
-func (b *podBuilder) affinity(terms ...corev1.NodeSelectorTerm) *podBuilder {
-	b.p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms},
-	}}
-	return b
-}
-
-func (b *podBuilder) tolerations(t ...corev1.Toleration) *podBuilder {
-	b.p.Spec.Tolerations = t
-	return b
-}
-
-func (b *podBuilder) obj() *corev1.Pod { return b.p }
-
-func (b *podBuilder) demand(dra ...DRARequest) PodDemand { return NewPodDemand(b.p, dra) }
-
-func term(exprs ...corev1.NodeSelectorRequirement) corev1.NodeSelectorTerm {
-	return corev1.NodeSelectorTerm{MatchExpressions: exprs}
-}
-
-func expr(key string, op corev1.NodeSelectorOperator, values ...string) corev1.NodeSelectorRequirement {
-	return corev1.NodeSelectorRequirement{Key: key, Operator: op, Values: values}
-}
 
 func itoa(i int) string { return string(rune('0' + i)) }
 
@@ -172,11 +121,11 @@ const msgToleration = "the pod does not tolerate the taint aws.amazon.com/neuron
 	"Add a toleration for aws.amazon.com/neuron to the pod: tolerations: [{key: aws.amazon.com/neuron, operator: Exists, effect: NoSchedule}]"
 
 func TestCheck(t *testing.T) {
-	requestOnly := testPod("p").obj()
+	requestOnly := testPod("p").Obj()
 	requestOnly.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceName(topology.ResourceNeuron): qty(2)},
 	}}}
-	differ := testPod("p").devices(2).obj()
+	differ := testPod("p").DefaultedContainer("c0", topology.ResourceNeuron, 2).Obj()
 	differ.Spec.Containers[0].Resources.Limits[corev1.ResourceName(topology.ResourceNeuron)] = qty(1)
 
 	for _, tc := range []struct {
@@ -192,34 +141,34 @@ func TestCheck(t *testing.T) {
 		{name: "not a Neuron pod", d: NewPodDemand(&corev1.Pod{}, nil), env: Environment{}},
 		{
 			name: "no device plugin DaemonSet: the seed's message, exactly",
-			d:    testPod("p").devices(1).demand(), env: Environment{DRADriver: true},
+			d:    demand(testPod("p").Neuron(1)), env: Environment{DRADriver: true},
 			want: []string{MessageDevicePluginRequired},
 		},
 		{
 			name: "DRA pod without the DRA driver",
-			d:    testPod("p").demand(DRARequest{Count: 4}), env: Environment{DevicePlugin: true},
+			d:    demand(testPod("p"), DRARequest{Count: 4}), env: Environment{DevicePlugin: true},
 			want: []string{MessageDRADriverRequired},
 		},
-		{name: "DRA pod with the DRA driver only", d: testPod("p").demand(DRARequest{Count: 4}), env: Environment{DRADriver: true}},
+		{name: "DRA pod with the DRA driver only", d: demand(testPod("p"), DRARequest{Count: 4}), env: Environment{DRADriver: true}},
 		{
 			name: "no toleration",
-			d:    testPod("p").devices(1).tolerations().demand(), env: allDaemonSets,
+			d:    demand(testPod("p").Neuron(1).Tolerations()), env: allDaemonSets,
 			want: []string{msgToleration},
 		},
 		{
 			name: "no toleration and no device plugin: both",
-			d:    testPod("p").devices(1).tolerations().demand(), env: Environment{},
+			d:    demand(testPod("p").Neuron(1).Tolerations()), env: Environment{},
 			want: []string{msgToleration, MessageDevicePluginRequired},
 		},
 		{
 			name: "7 devices on trn1.32xlarge: the counts it accepts and the types that can serve 7",
-			d:    testPod("p").devices(7).selector(labels.InstanceType, "trn1.32xlarge").demand(), env: allDaemonSets,
+			d:    demand(testPod("p").Neuron(7).Selector(labels.InstanceType, "trn1.32xlarge")), env: allDaemonSets,
 			want: []string{msg7OnTrn1},
 		},
-		{name: "7 devices without a selector", d: testPod("p").devices(7).demand(), env: allDaemonSets},
+		{name: "7 devices without a selector", d: demand(testPod("p").Neuron(7)), env: allDaemonSets},
 		{
 			name: "6 cores on trn1.32xlarge by node affinity",
-			d:    testPod("p").cores(6).affinity(term(expr(labels.InstanceType, corev1.NodeSelectorOpIn, "trn1.32xlarge"))).demand(),
+			d:    demand(testPod("p").NeuronCores(6).Affinity(testkit.Term(testkit.Expr(labels.InstanceType, corev1.NodeSelectorOpIn, "trn1.32xlarge")))),
 			env:  allDaemonSets,
 			want: []string{"instance type trn1.32xlarge accepts aws.amazon.com/neuroncore requests of 1, 2, 8, 16 or 32 cores, not 6; " +
 				"types that can serve 6 cores: inf1.6xlarge ($1.18/h), inf1.24xlarge ($4.721/h), inf2.24xlarge ($6.49063/h), inf2.48xlarge ($12.98127/h), " +
@@ -227,19 +176,19 @@ func TestCheck(t *testing.T) {
 		},
 		{
 			name: "family trn1: both types explained",
-			d:    testPod("p").devices(7).selector(labels.InstanceFamily, "trn1").demand(), env: allDaemonSets,
+			d:    demand(testPod("p").Neuron(7).Selector(labels.InstanceFamily, "trn1")), env: allDaemonSets,
 			has: []string{"no instance type the pod allows can serve 7 devices: trn1.2xlarge accepts aws.amazon.com/neuron requests of 1 device, not 7; " +
 				"trn1.32xlarge accepts aws.amazon.com/neuron requests of 1, 4, 8 or 16 devices, not 7; types that can serve 7 devices: inf1.24xlarge"},
 		},
 		{
 			name: "more devices than any type has",
-			d:    testPod("p").devices(17).demand(), env: allDaemonSets,
+			d:    demand(testPod("p").Neuron(17)), env: allDaemonSets,
 			want: []string{"none of the 15 instance types the pod allows can serve 17 devices (the largest have 16 devices). Change the request"},
 		},
 		{
 			name: "two containers that do not fit one node together",
-			d:    testPod("p").devices(12).devices(4).selector(labels.InstanceType, "inf2.48xlarge").demand(), env: allDaemonSets,
-			want: []string{"instance type inf2.48xlarge has 12 devices (24 cores), too few for the pod's requests together (container c0: 12 devices, container c1: 4 devices); " +
+			d:    demand(testPod("p").Neuron(12).Container("c1", topology.ResourceNeuron, 4).Selector(labels.InstanceType, "inf2.48xlarge")), env: allDaemonSets,
+			want: []string{"instance type inf2.48xlarge has 12 devices (24 cores), too few for the pod's requests together (container main: 12 devices, container c1: 4 devices); " +
 				"types that can serve the pod: inf1.24xlarge ($4.721/h), trn3.48xlarge (price unknown). Change the request or the pod's nodeSelector"},
 		},
 		{
@@ -254,35 +203,35 @@ func TestCheck(t *testing.T) {
 		},
 		{
 			name: "nodeSelector on a label a new node does not carry",
-			d:    testPod("p").devices(1).selector("team", "ml").demand(), env: allDaemonSets,
+			d:    demand(testPod("p").Neuron(1).Selector("team", "ml")), env: allDaemonSets,
 			want: []string{"the pod's nodeSelector team=ml can never match a new Neuron node: new nodes carry only the labels " +
 				"node.kubernetes.io/instance-type, karpenter.k8s.aws/instance-family, kubernetes.io/arch=amd64, kubernetes.io/os=linux and kube-neuron.io/allocation-mode. " +
 				"Remove team from the pod's nodeSelector"},
 		},
-		{name: "nodeSelector on the labels a new node carries", d: testPod("p").devices(1).selector("kubernetes.io/os", "linux").selector(labels.AllocationMode, "device-plugin").demand(), env: allDaemonSets},
+		{name: "nodeSelector on the labels a new node carries", d: demand(testPod("p").Neuron(1).Selector("kubernetes.io/os", "linux").Selector(labels.AllocationMode, "device-plugin")), env: allDaemonSets},
 		{
 			name: "node affinity that allows no type",
-			d:    testPod("p").devices(1).affinity(term(expr("kubernetes.io/arch", corev1.NodeSelectorOpIn, "arm64"))).demand(), env: allDaemonSets,
+			d:    demand(testPod("p").Neuron(1).Affinity(testkit.Term(testkit.Expr("kubernetes.io/arch", corev1.NodeSelectorOpIn, "arm64")))), env: allDaemonSets,
 			has: []string{"the pod's node affinity allows no Neuron instance type: a new node is labelled node.kubernetes.io/instance-type=<type>"},
 		},
 		{
 			name: "device plugin pod selecting DRA nodes",
-			d:    testPod("p").devices(1).selector(labels.AllocationMode, labels.AllocationModeDRA).demand(), env: allDaemonSets,
+			d:    demand(testPod("p").Neuron(1).Selector(labels.AllocationMode, labels.AllocationModeDRA)), env: allDaemonSets,
 			has: []string{"kube-neuron.io/allocation-mode=device-plugin"},
 		},
 		{
 			name: "device plugin and DRA in one pod",
-			d:    testPod("p").devices(1).demand(DRARequest{Count: 1}), env: allDaemonSets,
+			d:    demand(testPod("p").Neuron(1), DRARequest{Count: 1}), env: allDaemonSets,
 			has: []string{"a Neuron node runs either the device plugin or the DRA driver, never both"},
 		},
 		{
 			name: "DRA claim on a type not in the catalog",
-			d:    testPod("p").demand(DRARequest{Count: 1, InstanceTypes: []string{"p5.48xlarge"}}), env: allDaemonSets,
+			d:    demand(testPod("p"), DRARequest{Count: 1, InstanceTypes: []string{"p5.48xlarge"}}), env: allDaemonSets,
 			has: []string{"the pod's ResourceClaim selects instanceType p5.48xlarge, which is not in the instance catalog"},
 		},
 		{
 			name: "DRA claim larger than its type",
-			d:    testPod("p").demand(DRARequest{Count: 4, InstanceTypes: []string{"trn2.3xlarge"}}), env: allDaemonSets,
+			d:    demand(testPod("p"), DRARequest{Count: 4, InstanceTypes: []string{"trn2.3xlarge"}}), env: allDaemonSets,
 			has: []string{"instance type trn2.3xlarge has 1 Neuron device, too few for the pod's claims (4 devices); types that can serve 4 devices: inf1.6xlarge"},
 		},
 	} {
@@ -325,7 +274,7 @@ func TestCheckTolerations(t *testing.T) {
 		{"one of several", []corev1.Toleration{{Key: "x", Operator: corev1.TolerationOpExists}, {Key: neuron, Operator: corev1.TolerationOpExists}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Check(testPod("p").devices(1).tolerations(tc.tol...).demand(), allDaemonSets)
+			got := Check(demand(testPod("p").Neuron(1).Tolerations(tc.tol...)), allDaemonSets)
 			if ok := len(got) == 0; ok != tc.ok {
 				t.Errorf("problems %q, want tolerated=%v", messages(got), tc.ok)
 			}
@@ -385,25 +334,25 @@ func TestAllows(t *testing.T) {
 		d    PodDemand
 		want []string
 	}{
-		{"instance type selector", testPod("p").selector(labels.InstanceType, "inf2.xlarge").demand(), []string{"inf2.xlarge"}},
-		{"family selector", testPod("p").selector(labels.InstanceFamily, "trn1").demand(), []string{"trn1.2xlarge", "trn1.32xlarge"}},
-		{"selector and affinity together", testPod("p").selector(labels.InstanceFamily, "inf1").
-			affinity(term(expr(labels.InstanceType, notIn, "inf1.xlarge", "inf1.2xlarge"))).demand(), []string{"inf1.6xlarge", "inf1.24xlarge"}},
-		{"terms are ORed", testPod("p").affinity(
-			term(expr(labels.InstanceType, in, "trn1.32xlarge")),
-			term(expr(labels.InstanceFamily, in, "trn1n"))).demand(), []string{"trn1.32xlarge", "trn1n.32xlarge"}},
-		{"expressions are ANDed", testPod("p").affinity(term(
-			expr(labels.InstanceFamily, in, "inf2", "trn1"),
-			expr(labels.InstanceType, in, "trn1.2xlarge", "trn2.3xlarge"))).demand(), []string{"trn1.2xlarge"}},
-		{"Exists on a label new nodes carry", testPod("p").selector(labels.InstanceFamily, "trn2").
-			affinity(term(expr(labels.InstanceType, corev1.NodeSelectorOpExists))).demand(), []string{"trn2.3xlarge", "trn2.48xlarge"}},
-		{"DoesNotExist on another label", testPod("p").selector(labels.InstanceFamily, "trn2").
-			affinity(term(expr("gpu", corev1.NodeSelectorOpDoesNotExist))).demand(), []string{"trn2.3xlarge", "trn2.48xlarge"}},
-		{"In on another label", testPod("p").affinity(term(expr("gpu", in, "yes"))).demand(), nil},
-		{"an empty term matches nothing", testPod("p").affinity(corev1.NodeSelectorTerm{}).demand(), nil},
-		{"DRA claim's instance types", testPod("p").demand(DRARequest{Count: 1, InstanceTypes: []string{"trn2.48xlarge"}}), []string{"trn2.48xlarge"}},
-		{"DRA pods select the dra mode", testPod("p").selector(labels.AllocationMode, "dra").selector(labels.InstanceFamily, "trn3").demand(DRARequest{Count: 1}), []string{"trn3.48xlarge"}},
-		{"device plugin pods do not get dra nodes", testPod("p").selector(labels.AllocationMode, "dra").devices(1).demand(), nil},
+		{"instance type selector", demand(testPod("p").Selector(labels.InstanceType, "inf2.xlarge")), []string{"inf2.xlarge"}},
+		{"family selector", demand(testPod("p").Selector(labels.InstanceFamily, "trn1")), []string{"trn1.2xlarge", "trn1.32xlarge"}},
+		{"selector and affinity together", demand(testPod("p").Selector(labels.InstanceFamily, "inf1").
+			Affinity(testkit.Term(testkit.Expr(labels.InstanceType, notIn, "inf1.xlarge", "inf1.2xlarge")))), []string{"inf1.6xlarge", "inf1.24xlarge"}},
+		{"terms are ORed", demand(testPod("p").Affinity(
+			testkit.Term(testkit.Expr(labels.InstanceType, in, "trn1.32xlarge")),
+			testkit.Term(testkit.Expr(labels.InstanceFamily, in, "trn1n")))), []string{"trn1.32xlarge", "trn1n.32xlarge"}},
+		{"expressions are ANDed", demand(testPod("p").Affinity(testkit.Term(
+			testkit.Expr(labels.InstanceFamily, in, "inf2", "trn1"),
+			testkit.Expr(labels.InstanceType, in, "trn1.2xlarge", "trn2.3xlarge")))), []string{"trn1.2xlarge"}},
+		{"Exists on a label new nodes carry", demand(testPod("p").Selector(labels.InstanceFamily, "trn2").
+			Affinity(testkit.Term(testkit.Expr(labels.InstanceType, corev1.NodeSelectorOpExists)))), []string{"trn2.3xlarge", "trn2.48xlarge"}},
+		{"DoesNotExist on another label", demand(testPod("p").Selector(labels.InstanceFamily, "trn2").
+			Affinity(testkit.Term(testkit.Expr("gpu", corev1.NodeSelectorOpDoesNotExist)))), []string{"trn2.3xlarge", "trn2.48xlarge"}},
+		{"In on another label", demand(testPod("p").Affinity(testkit.Term(testkit.Expr("gpu", in, "yes")))), nil},
+		{"an empty term matches nothing", demand(testPod("p").Affinity(corev1.NodeSelectorTerm{})), nil},
+		{"DRA claim's instance types", demand(testPod("p"), DRARequest{Count: 1, InstanceTypes: []string{"trn2.48xlarge"}}), []string{"trn2.48xlarge"}},
+		{"DRA pods select the dra mode", demand(testPod("p").Selector(labels.AllocationMode, "dra").Selector(labels.InstanceFamily, "trn3"), DRARequest{Count: 1}), []string{"trn3.48xlarge"}},
+		{"device plugin pods do not get dra nodes", demand(testPod("p").Selector(labels.AllocationMode, "dra").Neuron(1)), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := allowed(tc.d); !slices.Equal(got, tc.want) {
@@ -416,7 +365,7 @@ func TestAllows(t *testing.T) {
 func TestWaitingForScaleUp(t *testing.T) {
 	unschedulable := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}
 	pending := func(conds ...corev1.PodCondition) *corev1.Pod {
-		p := testPod("p").devices(1).obj()
+		p := testPod("p").Neuron(1).Obj()
 		p.Status.Phase = corev1.PodPending
 		p.Status.Conditions = conds
 		return p

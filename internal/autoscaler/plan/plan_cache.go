@@ -21,7 +21,8 @@ package plan
 //     cores enough (run.shelves), and fill walks only the pods still free (run.nextFree).
 //
 // None of this changes a decision: the plan is the one the search without caches finds
-// (plan_reference_test.go keeps that search and the tests compare the two).
+// (TestPlanCacheFollowsUsage compares the cached placements with the engine's, and
+// TestPlanMergeAndDownsize the pruned steps with what they must find).
 
 import (
 	"encoding/binary"

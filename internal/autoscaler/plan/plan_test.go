@@ -11,6 +11,7 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -35,7 +36,7 @@ func newNodes(s ScaleUp) []planned {
 
 func TestPlan(t *testing.T) {
 	trn1Pod := func(name string, n int) PodDemand {
-		return testPod(name).devices(n).selector(labels.InstanceFamily, "trn1").demand()
+		return demand(testPod(name).Neuron(int64(n)).Selector(labels.InstanceFamily, "trn1"))
 	}
 	launchingTrn1 := func(pods ...PodDemand) []NodeOption {
 		return []NodeOption{{Name: "launching-1", InstanceType: "trn1.32xlarge", Pods: pods}}
@@ -78,12 +79,12 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name:    "7 devices without a selector: the cheapest type that serves 7",
-			pending: []PodDemand{testPod("seven").devices(7).demand()},
+			pending: []PodDemand{demand(testPod("seven").Neuron(7))},
 			want:    []planned{{"inf1.24xlarge", []string{"seven"}}}, cost: 4.721,
 		},
 		{
 			name:    "7 devices, inf1 not allowed: inf2.48xlarge",
-			pending: []PodDemand{testPod("seven").devices(7).demand()},
+			pending: []PodDemand{demand(testPod("seven").Neuron(7))},
 			opts:    Options{Families: []string{"inf2", "trn1"}},
 			want:    []planned{{"inf2.48xlarge", []string{"seven"}}}, cost: 12.98127,
 		},
@@ -94,12 +95,12 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name:    "four 1-core pods share one inf1.xlarge",
-			pending: []PodDemand{testPod("a").cores(1).demand(), testPod("b").cores(1).demand(), testPod("c").cores(1).demand(), testPod("d").cores(1).demand()},
+			pending: []PodDemand{demand(testPod("a").NeuronCores(1)), demand(testPod("b").NeuronCores(1)), demand(testPod("c").NeuronCores(1)), demand(testPod("d").NeuronCores(1))},
 			want:    []planned{{"inf1.xlarge", []string{"a", "b", "c", "d"}}}, cost: 0.228,
 		},
 		{
 			name:    "four 1-device pods: four inf1.xlarge are cheaper than one inf1.6xlarge",
-			pending: []PodDemand{testPod("a").devices(1).demand(), testPod("b").devices(1).demand(), testPod("c").devices(1).demand(), testPod("d").devices(1).demand()},
+			pending: []PodDemand{demand(testPod("a").Neuron(1)), demand(testPod("b").Neuron(1)), demand(testPod("c").Neuron(1)), demand(testPod("d").Neuron(1))},
 			want:    []planned{{"inf1.xlarge", []string{"a"}}, {"inf1.xlarge", []string{"b"}}, {"inf1.xlarge", []string{"c"}}, {"inf1.xlarge", []string{"d"}}}, cost: 0.912,
 		},
 		{
@@ -122,7 +123,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name:      "a launching node of the other mode does not take the pod",
-			pending:   []PodDemand{testPod("p").devices(1).demand()},
+			pending:   []PodDemand{demand(testPod("p").Neuron(1))},
 			launching: []NodeOption{{Name: "dra-1", InstanceType: "inf1.xlarge", Mode: labels.AllocationModeDRA}},
 			want:      []planned{{"inf1.xlarge", []string{"p"}}}, cost: 0.228,
 		},
@@ -137,7 +138,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name:    "max devices",
-			pending: []PodDemand{trn1Pod("a", 8), testPod("small").devices(1).demand()},
+			pending: []PodDemand{trn1Pod("a", 8), demand(testPod("small").Neuron(1))},
 			opts:    Options{MaxDevices: 20, Existing: Capacity{Nodes: 1, Devices: 8}},
 			want:    []planned{{"inf1.xlarge", []string{"small"}}}, cost: 0.228,
 			warnings: []string{"a"},
@@ -145,28 +146,28 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name:    "unknown price: launched, and the event says so",
-			pending: []PodDemand{testPod("big").devices(16).selector(labels.InstanceType, "trn2.48xlarge").demand()},
+			pending: []PodDemand{demand(testPod("big").Neuron(16).Selector(labels.InstanceType, "trn2.48xlarge"))},
 			want:    []planned{{"trn2.48xlarge", []string{"big"}}},
 			messages: map[string]string{"big": "pod triggered scale-up: a new trn2.48xlarge node; its price is unknown: the instance catalog has no price for trn2.48xlarge " +
 				"and no type with a known price can serve the pod. Set priceUSDPerHour for trn2.48xlarge in a catalog file"},
 		},
 		{
 			name:    "a priced type when one serves: no unknown-price node for a pod without a selector",
-			pending: []PodDemand{testPod("p").devices(16).demand()},
+			pending: []PodDemand{demand(testPod("p").Neuron(16))},
 			want:    []planned{{"inf1.24xlarge", []string{"p"}}}, cost: 4.721,
 		},
 		{
 			name: "an unknown-price node launched anyway takes a small pod beside it",
 			pending: []PodDemand{
-				testPod("big").devices(8).selector(labels.InstanceType, "trn2.48xlarge").demand(),
-				testPod("small").devices(1).demand(),
+				demand(testPod("big").Neuron(8).Selector(labels.InstanceType, "trn2.48xlarge")),
+				demand(testPod("small").Neuron(1)),
 			},
 			want:     []planned{{"trn2.48xlarge", []string{"big", "small"}}},
 			messages: map[string]string{"small": "the pod goes on a new trn2.48xlarge node launched for other pending pods, together with 1 other pending pod; its price is unknown"},
 		},
 		{
 			name:    "family allow-list",
-			pending: []PodDemand{trn1Pod("a", 4), testPod("b").devices(1).demand()},
+			pending: []PodDemand{trn1Pod("a", 4), demand(testPod("b").Neuron(1))},
 			opts:    Options{Families: []string{"inf1", "inf2"}},
 			want:    []planned{{"inf1.xlarge", []string{"b"}}}, cost: 0.228,
 			warnings: []string{"a"},
@@ -175,23 +176,23 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name:     "a pod that Check would refuse gets the reason",
-			pending:  []PodDemand{testPod("seven").devices(7).selector(labels.InstanceType, "trn1.32xlarge").demand()},
+			pending:  []PodDemand{demand(testPod("seven").Neuron(7).Selector(labels.InstanceType, "trn1.32xlarge"))},
 			warnings: []string{"seven"},
 			messages: map[string]string{"seven": msg7OnTrn1},
 		},
 		{
 			name: "DRA pods get dra nodes; device plugin pods never share them",
 			pending: []PodDemand{
-				testPod("dra").demand(DRARequest{Count: 4, InstanceTypes: []string{"trn2.48xlarge"}}),
-				testPod("dp").devices(1).selector(labels.InstanceType, "trn2.48xlarge").demand(),
+				demand(testPod("dra"), DRARequest{Count: 4, InstanceTypes: []string{"trn2.48xlarge"}}),
+				demand(testPod("dp").Neuron(1).Selector(labels.InstanceType, "trn2.48xlarge")),
 			},
 			want: []planned{{"trn2.48xlarge", []string{"dra"}}, {"trn2.48xlarge", []string{"dp"}}},
 		},
 		{
 			name: "two DRA pods share a node; All takes a node of its own",
 			pending: []PodDemand{
-				testPod("a").demand(DRARequest{Count: 4}), testPod("b").demand(DRARequest{Count: 8}),
-				testPod("all").demand(DRARequest{All: true, InstanceTypes: []string{"inf2.xlarge"}}),
+				demand(testPod("a"), DRARequest{Count: 4}), demand(testPod("b"), DRARequest{Count: 8}),
+				demand(testPod("all"), DRARequest{All: true, InstanceTypes: []string{"inf2.xlarge"}}),
 			},
 			want: []planned{{"inf2.xlarge", []string{"all"}}, {"inf1.24xlarge", []string{"a", "b"}}}, cost: 0.7582 + 4.721,
 		},
@@ -219,7 +220,7 @@ func TestPlan(t *testing.T) {
 }
 
 func TestPlanModesAndLabels(t *testing.T) {
-	plan, _ := Plan([]PodDemand{testPod("dra").demand(DRARequest{Count: 1})}, nil, Options{})
+	plan, _ := Plan([]PodDemand{demand(testPod("dra"), DRARequest{Count: 1})}, nil, Options{})
 	nodes := plan.New()
 	if len(nodes) != 1 || nodes[0].Mode != labels.AllocationModeDRA || nodes[0].Labels()[labels.AllocationMode] != labels.AllocationModeDRA {
 		t.Fatalf("nodes %+v: want one dra node", nodes)
@@ -372,29 +373,29 @@ func randomDemand(r *rand.Rand, name string, types []topology.InstanceType) PodD
 		for range 1 + r.IntN(4)/3 {
 			switch r.IntN(3) {
 			case 0:
-				b.cores([]int{1, 2, 3, 4, 8, 16}[r.IntN(6)])
+				b.Container(fmt.Sprintf("c%d", len(b.Obj().Spec.Containers)), topology.ResourceNeuronCore, []int64{1, 2, 3, 4, 8, 16}[r.IntN(6)])
 			default:
-				b.devices([]int{1, 1, 2, 4, 4, 6, 7, 8, 12, 16}[r.IntN(10)])
+				b.Container(fmt.Sprintf("c%d", len(b.Obj().Spec.Containers)), topology.ResourceNeuron, []int64{1, 1, 2, 4, 4, 6, 7, 8, 12, 16}[r.IntN(10)])
 			}
 		}
 	}
 	switch r.IntN(6) {
 	case 0:
-		b.selector(labels.InstanceFamily, types[r.IntN(len(types))].Family)
+		b.Selector(labels.InstanceFamily, types[r.IntN(len(types))].Family)
 	case 1:
-		b.selector(labels.InstanceType, types[r.IntN(len(types))].Name)
+		b.Selector(labels.InstanceType, types[r.IntN(len(types))].Name)
 	case 2:
-		b.affinity(term(expr(labels.InstanceFamily, "NotIn", types[r.IntN(len(types))].Family)),
-			term(expr(labels.InstanceType, "In", types[r.IntN(len(types))].Name)))
+		b.Affinity(testkit.Term(testkit.Expr(labels.InstanceFamily, "NotIn", types[r.IntN(len(types))].Family)),
+			testkit.Term(testkit.Expr(labels.InstanceType, "In", types[r.IntN(len(types))].Name)))
 	}
 	if dra {
 		req := DRARequest{Count: []int{1, 2, 4, 8, 16}[r.IntN(5)], All: r.IntN(5) == 0}
 		if r.IntN(3) == 0 {
 			req.InstanceTypes = []string{types[r.IntN(len(types))].Name}
 		}
-		return b.demand(req)
+		return demand(b, req)
 	}
-	return b.demand()
+	return demand(b)
 }
 
 func TestPlanProperties(t *testing.T) {
@@ -436,16 +437,9 @@ func TestPlanProperties(t *testing.T) {
 			if len(launching) > 0 || opts.MaxNodes > 0 || opts.MaxDevices > 0 {
 				return
 			}
-			p := newPlanner(pending, nil, opts)
-			naive := 0.0
-			for i := range pending {
-				if len(p.cands[i]) == 0 || !p.cands[i][0].PriceKnown() {
-					return
-				}
-				naive += *p.cands[i][0].PriceUSDPerHour
-			}
-			if plan.CostUSDPerHour > naive+1e-9 {
-				t.Errorf("plan costs %v, one node per pod %v", plan.CostUSDPerHour, naive)
+			naive := perPodCost(pending, opts)
+			if got := planCost(plan, decisions); naive.unplaced == 0 && naive.unknown == 0 && got.compare(naive) > 0 {
+				t.Errorf("plan costs %+v, one node per pod %+v", got, naive)
 			}
 		})
 	}
@@ -455,7 +449,7 @@ func TestPlanProperties(t *testing.T) {
 func TestPlanPacksWhereCheaper(t *testing.T) {
 	var pending []PodDemand
 	for i := range 8 {
-		pending = append(pending, testPod(fmt.Sprintf("p%d", i)).devices(4).selector(labels.InstanceFamily, "trn1").demand())
+		pending = append(pending, demand(testPod(fmt.Sprintf("p%d", i)).Neuron(4).Selector(labels.InstanceFamily, "trn1")))
 	}
 	plan, decisions := Plan(pending, nil, Options{})
 	checkPlan(t, pending, nil, Options{}, plan, decisions)
@@ -544,9 +538,9 @@ func lowerBound(plan ScaleUp, pending []PodDemand, types []topology.InstanceType
 // pending pod planned onto that node no longer fits there and is planned again, and a pending
 // pod that fits in the room left goes there without a new node.
 func TestPlanBoundPodsTakeRoom(t *testing.T) {
-	big := testPod("big").devices(16).selector(labels.InstanceFamily, "trn1").demand()
-	four := testPod("four").devices(4).demand()
-	one := testPod("one").devices(1).selector(labels.InstanceFamily, "trn1").demand()
+	big := demand(testPod("big").Neuron(16).Selector(labels.InstanceFamily, "trn1"))
+	four := demand(testPod("four").Neuron(4))
+	one := demand(testPod("one").Neuron(1).Selector(labels.InstanceFamily, "trn1"))
 	launching := []NodeOption{{Name: "n1", InstanceType: "trn1.32xlarge", Pods: []PodDemand{big}, Bound: []PodDemand{four}}}
 	plan, decisions := Plan([]PodDemand{big, one}, launching, Options{})
 	var newBig, oneOnN1 bool

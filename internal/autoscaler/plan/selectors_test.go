@@ -128,7 +128,7 @@ func TestUnmatchedSelectorsTriggerNoScaleUp(t *testing.T) {
 				"device.attributes['neuron.aws.com'].neuronDriverVersion == '9.99.99.0'"}}}},
 	}}}})
 	reqs = NewDeviceTemplates(nil, []*resourcev1.ResourceSlice{neuronSlice("trn1-a", "trn1.32xlarge", "2.26.5.0", "0.3.0", 16)}).Resolve(context.Background(), reqs)
-	d := testPod("pod-driver-version-missing").demand(reqs...)
+	d := demand(testPod("pod-driver-version-missing"), reqs...)
 	problems := Check(d, allDaemonSets)
 	if len(problems) != 1 || !strings.Contains(problems[0].Message, "neuronDriverVersion 2.26.5.0") || !strings.Contains(problems[0].Message, "Change the claim's selectors") {
 		t.Fatalf("problems %+v, want one naming the version the nodes publish and the fix", problems)
