@@ -112,7 +112,7 @@ bench-scheduler: ## Scheduling throughput through the real kube-scheduler: plain
 
 .PHONY: bench-autoscaler
 bench-autoscaler: ## Autoscaler planning speed (pods/s) and fleet cost against a lower bound, for 100, 1,000 and 10,000 pending pods
-	$(GO) test -run '^$$' -bench 'Plan$$' -benchtime 1x -timeout 10m ./internal/autoscaler/
+	$(GO) test -run '^$$' -bench 'Plan$$' -benchtime 1x -timeout 10m ./internal/autoscaler/plan/
 
 .PHONY: bench-dra
 bench-dra: ## DRA scheduling throughput through the real kube-scheduler: claims with and without matchAttribute on our ResourceSlices (BENCH_NODES, BENCH_PODS)
