@@ -2,8 +2,6 @@ package extender
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -57,9 +55,6 @@ type Extender struct {
 	metrics  *metrics
 	synced   chan struct{}
 
-	locksMu sync.Mutex
-	locks   map[string]*sync.Mutex
-
 	warnMu sync.Mutex
 	warned map[string]time.Time // pod UID + message -> when the pod was told
 
@@ -77,14 +72,8 @@ type Extender struct {
 	// wholeScores caches wholeScore: shape and placementKey -> the score on the empty node.
 	wholeScores sync.Map
 
-	leasesMu  sync.Mutex
-	holds     map[string]*hold       // node -> this replica's hold on the node's Lease
-	inflight  map[string]int         // node -> Bindings of this replica's decisions still posting
-	observed  map[string]observation // node -> when this replica first saw the Lease's current holder and renewal
-	releasing map[string]bool        // node -> a release is under way
-	stalePods map[string]struct{}    // pods whose cached copy lost a conflict: read them fresh
-	leaseInf  cache.SharedIndexInformer
-	closing   atomic.Bool // Shutdown began: no new decisions
+	owner  *owner   // the per-node bind Leases
+	reread rereads // pods whose cached copy lost a conflict
 }
 
 const byRecordNode = "recordNode"
@@ -111,7 +100,9 @@ func New(o Options) (*Extender, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), locks: map[string]*sync.Mutex{}, warned: map[string]time.Time{}, holds: map[string]*hold{}, inflight: map[string]int{}, observed: map[string]observation{}, releasing: map[string]bool{}, usageCache: newUsageCache(), nodeShapes: map[string]nodeShapeEntry{}}, nil
+	e := &Extender{o: o, metrics: newMetrics(), synced: make(chan struct{}), warned: map[string]time.Time{}, usageCache: newUsageCache(), nodeShapes: map[string]nodeShapeEntry{}}
+	e.owner = newOwner(o, e.metrics.leaseWrites, e.bindVisible)
+	return e, nil
 }
 
 // Start runs the informers and returns once their caches have synced.
@@ -140,10 +131,8 @@ func (e *Extender) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	leaseFactory := informers.NewSharedInformerFactoryWithOptions(e.o.Client, 0, informers.WithNamespace(e.o.LeaseNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = leaseLabel + "=" + leaseLabelValue }))
-	e.leaseInf = leaseFactory.Coordination().V1().Leases().Informer()
-	if _, err := e.leaseInf.AddEventHandler(e.leaseHandler(ctx)); err != nil {
+	leaseFactory, err := e.owner.informers(ctx)
+	if err != nil {
 		return err
 	}
 	factory.Start(ctx.Done())
@@ -460,27 +449,6 @@ func preferPlanned(pod *corev1.Pod, names []string, scores []int64) {
 	scores[i] = extenderv1.MaxExtenderPriority
 }
 
-func (e *Extender) nodeLock(node string) *sync.Mutex {
-	e.locksMu.Lock()
-	defer e.locksMu.Unlock()
-	l, ok := e.locks[node]
-	if !ok {
-		l = &sync.Mutex{}
-		e.locks[node] = l
-	}
-	return l
-}
-
-// LeaseName is the name of a node's bind Lease.
-func LeaseName(node string) string {
-	name := "kube-neuron-bind-" + node
-	if len(name) > 253 {
-		sum := sha256.Sum256([]byte(node))
-		name = "kube-neuron-bind-" + hex.EncodeToString(sum[:16])
-	}
-	return name
-}
-
 // Bind chooses the pod's devices on the node and binds it with a Binding that carries the
 // allocation record. Only the replica that holds the node's Lease decides for the node (see
 // ownership.go): while it holds it, decisions cost no write but the Binding, and a replica that
@@ -519,14 +487,14 @@ var errRetry = errors.New("retry")
 // decide makes the bind decision under the node's lock, holding the node's Lease, and returns
 // what posts it.
 func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, node string) (func(context.Context) error, error) {
-	lock := e.nodeLock(node)
+	lock := e.owner.locks.of(node)
 	lock.Lock()
 	defer lock.Unlock()
 	if seq := e.countOpening(ctx, ns, name, uid, node); seq != 0 {
 		// Decisions for the node wait for this lock, so no bind decision sees the tentative one.
 		defer e.usageCache.forget(node, uid, seq)
 	}
-	deadline, err := e.own(ctx, node)
+	deadline, err := e.owner.own(ctx, node)
 	if err != nil {
 		return nil, err
 	}
@@ -578,7 +546,7 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 	binding.Annotations[allocation.AllocTime] = strconv.FormatInt(e.o.Now().UnixNano(), 10)
 	// From here the decision counts in this replica's usage, before its Binding is posted, and a
 	// release of the Lease waits for the Binding.
-	e.startBind(node)
+	e.owner.startBind(node)
 	seq := e.usageCache.remember(node, uid, ns+"/"+name, rec)
 	return func(ctx context.Context) error { return e.post(ctx, binding, node, rec, seq, deadline) }, nil
 }
@@ -632,7 +600,7 @@ func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node strin
 			late = true
 			err = fmt.Errorf("%w: the decision for pod %s/%s on node %s is older than this replica's hold on the node's Lease; deciding again", errRetry, ns, name, node)
 		}
-		e.endBind(node)
+		e.owner.endBind(node)
 	} else {
 		err = e.o.Client.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
 	}
@@ -648,7 +616,7 @@ func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node strin
 	if err != nil {
 		if apierrors.IsConflict(err) && rec != nil {
 			// The pod changed since it was read (or the cache was behind): read it again.
-			e.forgetPod(ns, name)
+			e.reread.add(ns, name)
 			return fmt.Errorf("%w: pod %s/%s changed: %v", errRetry, ns, name, err)
 		}
 		return fmt.Errorf("binding pod %s/%s to node %s: %w", ns, name, node, err)
@@ -668,7 +636,7 @@ func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node strin
 // not have this pod (or was told to forget it).
 func (e *Extender) pod(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, error) {
 	if obj, ok, _ := e.pods.GetStore().GetByKey(ns + "/" + name); ok {
-		if p := obj.(*corev1.Pod); p.UID == uid && !e.stale(ns, name) {
+		if p := obj.(*corev1.Pod); p.UID == uid && !e.reread.has(ns, name) {
 			return p, nil
 		}
 	}
@@ -682,28 +650,33 @@ func (e *Extender) pod(ctx context.Context, ns, name string, uid types.UID) (*co
 	return p, nil
 }
 
-func (e *Extender) stale(ns, name string) bool {
-	e.leasesMu.Lock()
-	defer e.leasesMu.Unlock()
-	_, ok := e.stalePods[ns+"/"+name]
+// rereads are the pods whose cached copy lost a conflict at bind: pod reads them from the API
+// server from then on.
+type rereads struct {
+	mu   sync.Mutex
+	pods map[string]struct{} // namespace/name
+}
+
+func (r *rereads) has(ns, name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.pods[ns+"/"+name]
 	return ok
 }
 
-func (e *Extender) forgetPod(ns, name string) {
-	e.leasesMu.Lock()
-	if e.stalePods == nil {
-		e.stalePods = map[string]struct{}{}
+func (r *rereads) add(ns, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pods == nil || len(r.pods) >= 10000 {
+		r.pods = map[string]struct{}{}
 	}
-	e.stalePods[ns+"/"+name] = struct{}{}
-	if len(e.stalePods) > 10000 {
-		e.stalePods = map[string]struct{}{}
-	}
-	e.leasesMu.Unlock()
+	r.pods[ns+"/"+name] = struct{}{}
 }
 
 // bindVisible reports whether the informer shows how a decision for the pod ended: the pod with
 // its record naming the node, or the pod gone, replaced or bound elsewhere.
-func (e *Extender) bindVisible(node, ns, name string, uid types.UID) bool {
+func (e *Extender) bindVisible(node string, listed *corev1.Pod) bool {
+	ns, name, uid := listed.Namespace, listed.Name, listed.UID
 	if e.usageCache.known(node, uid) {
 		return true // this replica's own decision: counted already
 	}
@@ -720,3 +693,7 @@ func (e *Extender) bindVisible(node, ns, name string, uid types.UID) bool {
 	}
 	return pod.DeletionTimestamp != nil || (pod.Spec.NodeName != "" && pod.Spec.NodeName != node)
 }
+
+// Shutdown releases every Lease this replica holds, after the Bindings in flight have been
+// answered, so that another replica (or this one restarted) can take the nodes over at once.
+func (e *Extender) Shutdown(ctx context.Context) { e.owner.shutdown(ctx) }

@@ -541,7 +541,12 @@ func TestBindAfterFailedBindDoesNotStall(t *testing.T) {
 		_, has := obj.(*corev1.Pod).Annotations[allocation.Annotation]
 		return !has
 	})
-	time.Sleep(200 * time.Millisecond) // the fake API server sets no resourceVersions to wait on
+	// And the pod to bind next and the node's Lease, which the first bind created.
+	waitFor(t, 5*time.Second, "the informers to show pod next and the Lease", func() bool {
+		_, pod, _ := e.pods.GetStore().GetByKey("default/next")
+		_, lease, _ := e.owner.leases.GetByKey("kube-system/" + LeaseName("trn-empty"))
+		return pod && lease
+	})
 	start := time.Now()
 	if err := e.Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
@@ -607,7 +612,7 @@ func TestBindsToOneNodeOverlap(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("the second bind waited for the first one's Binding")
 	}
-	if n := e.inflightBinds("trn-empty"); n != 1 {
+	if n := e.owner.inflightBinds("trn-empty"); n != 1 {
 		t.Errorf("%d Bindings in flight, want slow's", n)
 	}
 	if err := post(ctx); err != nil {

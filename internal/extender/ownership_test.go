@@ -14,30 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 )
 
-// clock is a settable time for Options.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Unix(1_800_000_000, 0)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Step(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+// newClock returns a fake clock for Options.Now: time moves only when the test steps it.
+func newClock() *testingclock.FakeClock { return testingclock.NewFakeClock(time.Unix(1_800_000_000, 0)) }
 
 var leasesResource = coordinationv1.SchemeGroupVersion.WithResource("leases")
 
@@ -99,7 +83,7 @@ func (w *leaseWrites) count() int {
 
 // replicas starts n extenders (identities r0, r1, ...) on one fake API server with the cluster's
 // nodes, each with its own context (cancelling one is a crash: no release).
-func replicas(t *testing.T, n int, clk *clock) ([]*Extender, []context.CancelFunc, *fake.Clientset, *leaseWrites) {
+func replicas(t *testing.T, n int, clk *testingclock.FakeClock) ([]*Extender, []context.CancelFunc, *fake.Clientset, *leaseWrites) {
 	t.Helper()
 	client := fake.NewClientset(cluster()...)
 	emulateBinding(client)
@@ -272,7 +256,12 @@ func TestTakeoverAfterExpiry(t *testing.T) {
 	q := createPod(t, ctx, client, testPod("second").neuron(8).obj())
 	done := make(chan error, 1)
 	go func() { done <- r[1].Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty") }()
-	time.Sleep(200 * time.Millisecond)
+	// r1 asks r0 for the Lease only once it has judged the Lease not expired; the clock stands
+	// still until the test steps it, so r1 cannot judge otherwise meanwhile.
+	waitFor(t, 5*time.Second, "r1 to ask r0 for the Lease", func() bool {
+		l, err := client.CoordinationV1().Leases("kube-system").Get(ctx, LeaseName("trn-empty"), metav1.GetOptions{})
+		return err == nil && l.Annotations[handoverAnnotation] == "r1"
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("r1 bound before r0's Lease expired (err %v)", err)
@@ -347,7 +336,7 @@ func TestLateDecisionIsNotPosted(t *testing.T) {
 	if left != 0 {
 		t.Error("the late decision still counts in the usage")
 	}
-	if n := r[0].inflightBinds("trn-empty"); n != 0 {
+	if n := r[0].owner.inflightBinds("trn-empty"); n != 0 {
 		t.Errorf("%d Bindings in flight", n)
 	}
 	// Deciding again renews the Lease and binds.
