@@ -68,7 +68,7 @@ func BenchmarkFilter(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					if !warm {
-						e.placements.reset()
+						e.scores.placements.reset()
 					}
 					e.Filter(ctx, pod, names)
 				}

@@ -662,11 +662,11 @@ func TestRetriedBindKeepsTheFirstDecision(t *testing.T) {
 		t.Fatal("the second Binding must fail")
 	}
 	// Whether or not the informer has shown x yet, its devices count.
-	shape, err := e.nodeShape("trn-empty")
+	shape, err := e.scores.shapes.get("trn-empty")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := e.freshUsage(ctx, shape, "trn-empty", "")
+	u, err := e.scores.freshUsage(ctx, shape, "trn-empty", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -741,25 +741,25 @@ func TestDecisionArrivingBetweenTheTwoReadsCounts(t *testing.T) {
 	if _, err := e.decide(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
-	e.usageCache.mu.Lock()
-	rec := e.usageCache.recent["trn-empty"][q.UID][0].record
-	e.usageCache.mu.Unlock()
+	e.scores.usage.mu.Lock()
+	rec := e.scores.usage.recent["trn-empty"][q.UID][0].record
+	e.scores.usage.mu.Unlock()
 	landed := q.DeepCopy()
 	landed.Spec.NodeName = "trn-empty"
 	maps.Copy(landed.Annotations, rec.Annotations())
-	testHookBetweenReads = func() {
-		testHookBetweenReads = nil
+	e.scores.betweenReads = func() {
+		e.scores.betweenReads = nil
 		if err := e.pods.GetIndexer().Update(landed); err != nil {
 			t.Error(err)
 		}
-		e.usageCache.handler().OnUpdate(q, landed)
+		e.scores.usage.handler().OnUpdate(q, landed)
 	}
-	defer func() { testHookBetweenReads = nil }()
-	shape, err := e.nodeShape("trn-empty")
+	defer func() { e.scores.betweenReads = nil }()
+	shape, err := e.scores.shapes.get("trn-empty")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := e.freshUsage(ctx, shape, "trn-empty", "")
+	u, err := e.scores.freshUsage(ctx, shape, "trn-empty", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -830,12 +830,12 @@ func TestStripManagedFields(t *testing.T) {
 // with it the cached usage and placements) stays; a changed record does not.
 func TestEventsThatChangeNoUsageKeepTheGeneration(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	gen := func() uint64 { g, _ := e.usageCache.generationFor("trn-empty", ""); return g }
+	gen := func() uint64 { g, _ := e.scores.usage.generationFor("trn-empty", ""); return g }
 	q := createPod(t, ctx, client, testPod("q").neuron(4).obj())
 	if err := e.Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the informer to show the bind", func() bool { return !e.usageCache.known("trn-empty", q.UID) })
+	waitFor(t, 5*time.Second, "the informer to show the bind", func() bool { return !e.scores.usage.known("trn-empty", q.UID) })
 	afterBind := gen()
 	if passed, _, _ := e.Filter(ctx, testPod("p").neuron(8).obj(), []string{"trn-empty"}); len(passed) != 1 {
 		t.Fatal("8 devices must still fit next to q's 4")
@@ -926,18 +926,18 @@ func TestSameUsage(t *testing.T) {
 func TestRememberKeepsTheCachedUsage(t *testing.T) {
 	e, _, ctx := startExtender(t, cluster()...)
 	const node = "trn-partly"
-	shape, err := e.nodeShape(node)
+	shape, err := e.scores.shapes.get(node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.usage(ctx, shape, node, ""); err != nil { // fills the cache
+	if _, err := e.scores.nodeUsage(ctx, shape, node, ""); err != nil { // fills the cache
 		t.Fatal(err)
 	}
 	rec := func(devices ...int) *allocation.Record {
 		return &allocation.Record{Node: node, Containers: []allocation.Container{{Name: "main", Resource: "aws.amazon.com/neuron", Devices: devices}}}
 	}
-	e.usageCache.remember(node, "uid-new", "default/new", rec(4, 5, 6, 7))
-	c := e.usageCache
+	e.scores.usage.remember(node, "uid-new", "default/new", rec(4, 5, 6, 7))
+	c := e.scores.usage
 	c.mu.Lock()
 	cu, ok := c.cached[node]
 	valid := ok && cu.gen == c.gen[node]
@@ -945,14 +945,14 @@ func TestRememberKeepsTheCachedUsage(t *testing.T) {
 	if !valid {
 		t.Fatal("the decision dropped the cached usage")
 	}
-	got, err := e.usage(ctx, shape, node, "")
+	got, err := e.scores.nodeUsage(ctx, shape, node, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got != cu.usage {
 		t.Error("usage derived the node again instead of using the cache")
 	}
-	want, err := e.freshUsage(ctx, shape, node, "")
+	want, err := e.scores.freshUsage(ctx, shape, node, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -964,7 +964,7 @@ func TestRememberKeepsTheCachedUsage(t *testing.T) {
 	}
 
 	// Devices 3 and 8: 3 is held already (holder-partly). The cache goes; usage derives again.
-	e.usageCache.remember(node, "uid-overlap", "default/overlap", rec(3, 8))
+	e.scores.usage.remember(node, "uid-overlap", "default/overlap", rec(3, 8))
 	c.mu.Lock()
 	cu, ok = c.cached[node]
 	valid = ok && cu.gen == c.gen[node]
@@ -972,11 +972,11 @@ func TestRememberKeepsTheCachedUsage(t *testing.T) {
 	if valid {
 		t.Error("a decision that overlaps the cached usage kept the cache")
 	}
-	got, err = e.usage(ctx, shape, node, "")
+	got, err = e.scores.nodeUsage(ctx, shape, node, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want, _ := e.freshUsage(ctx, shape, node, ""); !reflect.DeepEqual(got, want) {
+	if want, _ := e.scores.freshUsage(ctx, shape, node, ""); !reflect.DeepEqual(got, want) {
 		t.Errorf("usage %v, derived %v", got.FreeDevices(), want.FreeDevices())
 	}
 }
@@ -1018,9 +1018,9 @@ func TestAnOpeningCountsWhileItsBindWaitsForTheLease(t *testing.T) {
 	if list := relativeScores(names, scores, whole); len(list) != 1 || list[0].Host != "inf-empty" {
 		t.Errorf("after opener's bind: answer %v, want inf-empty alone", list)
 	}
-	e.usageCache.mu.Lock()
-	n := len(e.usageCache.recent["inf-empty"][opener.UID])
-	e.usageCache.mu.Unlock()
+	e.scores.usage.mu.Lock()
+	n := len(e.scores.usage.recent["inf-empty"][opener.UID])
+	e.scores.usage.mu.Unlock()
 	if n > 1 {
 		t.Errorf("opener counts %d times on inf-empty: the tentative decision outlived the real one", n)
 	}

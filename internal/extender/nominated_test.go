@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-neuron/kube-neuron/internal/allocation"
-	"github.com/kube-neuron/kube-neuron/internal/labels"
-	"github.com/kube-neuron/kube-neuron/internal/topology"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // nominated creates a pending pod nominated to node (status.nominatedNodeName, as the
@@ -173,7 +174,7 @@ func TestPrioritizeRanksThePlannedNodeFirst(t *testing.T) {
 func TestNominatedPodJustBoundCountsOnce(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
 	eight := nominated(t, ctx, e, client, testPod("eight").neuron(8), "trn-empty")
-	e.usageCache.remember("trn-empty", eight.UID, "default/eight", &allocation.Record{Node: "trn-empty", Containers: []allocation.Container{{
+	e.scores.usage.remember("trn-empty", eight.UID, "default/eight", &allocation.Record{Node: "trn-empty", Containers: []allocation.Container{{
 		Name: "main", Resource: topology.ResourceNeuron, Devices: seqInts(0, 8), Cores: seqInts(0, 16),
 	}}})
 	if passed, failed, _ := e.Filter(ctx, testPod("p").neuron(8).obj(), []string{"trn-empty"}); len(passed) != 1 {

@@ -14,14 +14,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 )
 
 // newClock returns a fake clock for Options.Now: time moves only when the test steps it.
-func newClock() *testingclock.FakeClock { return testingclock.NewFakeClock(time.Unix(1_800_000_000, 0)) }
+func newClock() *testingclock.FakeClock {
+	return testingclock.NewFakeClock(time.Unix(1_800_000_000, 0))
+}
 
 var leasesResource = coordinationv1.SchemeGroupVersion.WithResource("leases")
 
@@ -330,9 +332,9 @@ func TestLateDecisionIsNotPosted(t *testing.T) {
 			t.Fatal("a Binding was sent for the late decision")
 		}
 	}
-	r[0].usageCache.mu.Lock()
-	left := len(r[0].usageCache.recent["trn-empty"][p.UID])
-	r[0].usageCache.mu.Unlock()
+	r[0].scores.usage.mu.Lock()
+	left := len(r[0].scores.usage.recent["trn-empty"][p.UID])
+	r[0].scores.usage.mu.Unlock()
 	if left != 0 {
 		t.Error("the late decision still counts in the usage")
 	}

@@ -304,11 +304,3 @@ func kindName(k jsontext.Kind) string {
 	}
 	return "value"
 }
-
-// internName is decodeArgs's intern: the string of a node the node informer delivered.
-func (e *Extender) internName(b []byte) (string, bool) {
-	e.nodeShapesMu.RLock()
-	ns, ok := e.nodeShapes[string(b)]
-	e.nodeShapesMu.RUnlock()
-	return ns.name, ok
-}

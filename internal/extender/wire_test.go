@@ -109,10 +109,10 @@ func TestDecodeArgsInternsKnownNames(t *testing.T) {
 	if !slices.Equal(got.names, []string{"trn-empty", "ghost", "inf-empty"}) {
 		t.Fatalf("names %q", got.names)
 	}
-	e.nodeShapesMu.RLock()
-	defer e.nodeShapesMu.RUnlock()
+	e.scores.shapes.mu.RLock()
+	defer e.scores.shapes.mu.RUnlock()
 	for i, want := range map[int]bool{0: true, 1: false, 2: true} {
-		known, ok := e.nodeShapes[got.names[i]]
+		known, ok := e.scores.shapes.byName[got.names[i]]
 		shared := ok && unsafe.StringData(known.name) == unsafe.StringData(got.names[i])
 		if shared != want {
 			t.Errorf("%s: shares the informer's string: %v, want %v", got.names[i], shared, want)
