@@ -133,22 +133,14 @@ func benchBind(b *testing.B, n int, newClient func(...runtime.Object) *fake.Clie
 
 	// catchUp waits until the informer has seen the last write of the benchmark.
 	catchUp := func(last *corev1.Pod, deleted bool) {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		waitEvery(b, 100*time.Microsecond, 30*time.Second, "the informer to see pod "+last.Name, func() bool {
 			obj, ok, _ := e.pods.GetStore().GetByKey(last.Namespace + "/" + last.Name)
-			if deleted && !ok {
-				return
+			if deleted || !ok {
+				return deleted && !ok
 			}
-			if !deleted && ok {
-				if r, _ := allocation.RecordOf(obj.(*corev1.Pod)); r != nil {
-					return
-				}
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("the informer did not see pod %s", last.Name)
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
+			r, _ := allocation.RecordOf(obj.(*corev1.Pod))
+			return r != nil
+		})
 	}
 	recycle := func() {
 		for i, p := range bound {

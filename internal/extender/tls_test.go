@@ -156,18 +156,13 @@ func startTLS(t *testing.T) *tlsSetup {
 
 func waitListening(t *testing.T, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitEvery(t, 20*time.Millisecond, 10*time.Second, "a listener on "+addr, func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			_ = c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on %s: %v", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
 }
 
 // client returns an HTTPS client that trusts the test CA and presents certs[0], if given, also
