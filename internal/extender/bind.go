@@ -21,7 +21,7 @@ import (
 
 // Bind chooses the pod's devices on the node and binds it with a Binding that carries the
 // allocation record. Only the replica that holds the node's Lease decides for the node (see
-// ownership.go): while it holds it, decisions cost no write but the Binding, and a replica that
+// lease.go): while it holds it, decisions cost no write but the Binding, and a replica that
 // takes the Lease over first waits until its cache shows every decision made before. Within a
 // replica the node lock covers the decision only: the Binding is posted after it is released,
 // while the decision already counts in this replica's usage, so binds to one node overlap. A
@@ -95,15 +95,7 @@ func (e *Extender) decide(ctx context.Context, ns, name string, uid types.UID, n
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errRetry, err)
 	}
-	// The pods nominated to the node keep the room filter set aside for them: the pod's set is
-	// chosen together with theirs.
-	var held []string
-	var containers []allocation.Container
-	if nominated := e.scores.nominatedTo(node, pod); len(nominated) > 0 {
-		containers, _, held, err = e.scores.arrange(u, nominated, pod, reqs)
-	} else {
-		containers, _, err = e.scores.plan(u, reqs)
-	}
+	containers, held, err := e.scores.planBind(u, node, pod, reqs)
 	if err != nil {
 		e.metrics.refusals.WithLabelValues("bind").Inc()
 		if len(held) > 0 {
@@ -161,7 +153,7 @@ func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node strin
 	late := false
 	if rec != nil {
 		// Another replica may take the node over once this one's Lease has expired; the Binding
-		// must have landed or failed by then (see ownership.go).
+		// must have landed or failed by then (see lease.go).
 		if left := deadline.Sub(e.o.Now()); left > 0 {
 			pctx, cancel := context.WithTimeout(ctx, left)
 			err = e.o.Client.CoreV1().Pods(ns).Bind(pctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})

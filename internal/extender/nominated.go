@@ -141,6 +141,18 @@ func (s *scorer) arrange(u *topology.Usage, nominated []*corev1.Pod, pod *corev1
 	return nil, 0, firstHeld, firstErr
 }
 
+// planBind chooses the pod's devices on the node's usage u for a bind. The pods nominated to the
+// node keep the room filter set aside for them: the pod's set is chosen together with theirs,
+// and held names those that hold room.
+func (s *scorer) planBind(u *topology.Usage, node string, pod *corev1.Pod, reqs []allocation.Request) (containers []allocation.Container, held []string, err error) {
+	if nominated := s.nominatedTo(node, pod); len(nominated) > 0 {
+		containers, _, held, err = s.arrange(u, nominated, pod, reqs)
+		return containers, held, err
+	}
+	containers, _, err = s.plan(u, reqs)
+	return containers, nil, err
+}
+
 // placeBesideNominated is place for a node that pods are nominated to: the pod must fit together
 // with them (arrange). The kube-scheduler sets their room aside for its own resources, counted per
 // resource name; the extender sets it aside under the topology rules, so that a pod tried first
