@@ -51,10 +51,13 @@ func (e *Extender) Handler(ctx context.Context) http.Handler { return e.api.hand
 // MetricsHandler serves /metrics, /healthz and /readyz only: ServeOptions.MetricsAddress.
 func (e *Extender) MetricsHandler() http.Handler { return e.api.metricsHandler() }
 
+// prioritize is Prioritize, and also returns the best score the pod would get on a whole node:
+// see relativeScores.
 func (e *Extender) prioritize(ctx context.Context, pod *corev1.Pod, names []string) ([]int64, int64) {
 	return e.scores.prioritize(ctx, pod, names)
 }
 
+// internName returns the name of a node the node informer delivered, without allocating.
 func (e *Extender) internName(b []byte) (string, bool) { return e.scores.shapes.intern(b) }
 
 // handler serves filter, prioritize and bind, /healthz, /readyz and /metrics.
@@ -67,6 +70,7 @@ func (a *api) handler(ctx context.Context) http.Handler {
 	return mux
 }
 
+// filter answers an ExtenderArgs body with an ExtenderFilterResult.
 func (a *api) filter(ctx context.Context, body []byte) (any, error) {
 	args, err := decodeArgs(body, reuse{intern: a.core.internName, pods: &a.argPods})
 	if err != nil {
@@ -80,6 +84,7 @@ func (a *api) filter(ctx context.Context, body []byte) (any, error) {
 	return &extenderv1.ExtenderFilterResult{NodeNames: &passed, FailedNodes: failed, FailedAndUnresolvableNodes: unresolvable}, nil
 }
 
+// prioritize answers an ExtenderArgs body with a HostPriorityList (see relativeScores).
 func (a *api) prioritize(ctx context.Context, body []byte) (any, error) {
 	// The scheduler sends prioritize the pod it just sent filter, and the nodes filter passed.
 	r := reuse{intern: a.core.internName, pods: &a.argPods}
@@ -98,6 +103,7 @@ func (a *api) prioritize(ctx context.Context, body []byte) (any, error) {
 	return &list, nil
 }
 
+// bind answers an ExtenderBindingArgs body with an ExtenderBindingResult.
 func (a *api) bind(ctx context.Context, body []byte) (any, error) {
 	var args extenderv1.ExtenderBindingArgs
 	if err := json.Unmarshal(body, &args); err != nil {
