@@ -145,53 +145,63 @@ func (e *Extender) countOpening(ctx context.Context, ns, name string, uid types.
 
 // post posts the Binding of a decision made by decide (seq: its number in the usage cache) and
 // settles the decision. The Binding must be answered by deadline, before another replica could
-// take the node's Lease over.
+// take the node's Lease over. rec is nil for a pod without Neuron requests: nothing to settle.
 func (e *Extender) post(ctx context.Context, binding *corev1.Binding, node string, rec *allocation.Record, seq uint64, deadline time.Time) error {
 	ns, name, uid := binding.Namespace, binding.Name, binding.UID
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(ns, name), "node", node)
-	var err error
-	late := false
-	if rec != nil {
-		// Another replica may take the node over once this one's Lease has expired; the Binding
-		// must have landed or failed by then (see lease.go).
-		if left := deadline.Sub(e.o.Now()); left > 0 {
-			pctx, cancel := context.WithTimeout(ctx, left)
-			err = e.o.Client.CoreV1().Pods(ns).Bind(pctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
-			cancel()
-		} else {
-			late = true
-			err = fmt.Errorf("%w: the decision for pod %s/%s on node %s is older than this replica's hold on the node's Lease; deciding again", errRetry, ns, name, node)
+	if rec == nil {
+		if err := e.sendBinding(ctx, binding); err != nil {
+			return fmt.Errorf("binding pod %s/%s to node %s: %w", ns, name, node, err)
 		}
-		e.owner.endBind(node)
-	} else {
-		err = e.o.Client.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
+		logger.V(2).Info("Bound a pod without Neuron requests")
+		return nil
 	}
+	late, err := e.postBy(ctx, binding, node, deadline)
 	// Only a definite refusal means nothing was written; after a timeout or a server error the
 	// binding may have been applied, so the decision keeps counting until the informer shows it.
-	definite := late || (err != nil && (apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)))
-	if definite && rec != nil {
+	if late || definiteRefusal(err) {
 		e.scores.usage.failedBind(node, uid, seq)
 	}
-	if late {
+	switch {
+	case late:
 		return err
-	}
-	if err != nil {
-		if apierrors.IsConflict(err) && rec != nil {
-			// The pod changed since it was read (or the cache was behind): read it again.
-			e.reread.add(ns, name)
-			return fmt.Errorf("%w: pod %s/%s changed: %v", errRetry, ns, name, err)
-		}
+	case apierrors.IsConflict(err):
+		// The pod changed since it was read (or the cache was behind): read it again.
+		e.reread.add(ns, name)
+		return fmt.Errorf("%w: pod %s/%s changed: %v", errRetry, ns, name, err)
+	case err != nil:
 		return fmt.Errorf("binding pod %s/%s to node %s: %w", ns, name, node, err)
 	}
-	if rec != nil {
-		for _, c := range rec.Containers {
-			e.metrics.allocations.WithLabelValues(c.Resource).Inc()
-			logger.Info("Bound", "container", c.Name, "resource", c.Resource, "devices", topology.JoinIDs(c.Devices), "cores", topology.JoinIDs(c.Cores))
-		}
-	} else {
-		logger.V(2).Info("Bound a pod without Neuron requests")
+	for _, c := range rec.Containers {
+		e.metrics.allocations.WithLabelValues(c.Resource).Inc()
+		logger.Info("Bound", "container", c.Name, "resource", c.Resource, "devices", topology.JoinIDs(c.Devices), "cores", topology.JoinIDs(c.Cores))
 	}
 	return nil
+}
+
+// postBy posts the Binding of a decision if it can be answered by deadline (late when it cannot:
+// nothing is sent), and ends its count among the Bindings in flight. Another replica may take
+// the node over once this one's Lease has expired; the Binding must have landed or failed by
+// then (see lease.go).
+func (e *Extender) postBy(ctx context.Context, binding *corev1.Binding, node string, deadline time.Time) (late bool, err error) {
+	defer e.owner.endBind(node)
+	left := deadline.Sub(e.o.Now())
+	if left <= 0 {
+		return true, fmt.Errorf("%w: the decision for pod %s/%s on node %s is older than this replica's hold on the node's Lease; deciding again", errRetry, binding.Namespace, binding.Name, node)
+	}
+	pctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
+	return false, e.sendBinding(pctx, binding)
+}
+
+func (e *Extender) sendBinding(ctx context.Context, binding *corev1.Binding) error {
+	return e.o.Client.CoreV1().Pods(binding.Namespace).Bind(ctx, binding, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
+}
+
+// definiteRefusal reports whether the API server refused a Binding, so that nothing of it was
+// written.
+func definiteRefusal(err error) bool {
+	return err != nil && (apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err))
 }
 
 // pod returns the pod from the informer's cache, or from the API server when the cache does
