@@ -124,12 +124,16 @@ func (o *owner) keepHold(ctx context.Context, node string) (deadline time.Time, 
 	case o.now().Before(h.until):
 		return h.until.Add(postTimeout), true, nil
 	}
-	if err := o.writeHold(ctx, node, h.lease, "renew"); err == nil {
+	// Renew with this replica's last copy: the write succeeds only if nobody touched the Lease
+	// since.
+	switch err := o.writeHold(ctx, node, h.lease, "renew"); {
+	case err == nil:
 		return o.holdDeadline(node), true, nil
-	} else if !apierrors.IsConflict(err) {
+	case apierrors.IsConflict(err):
+		return time.Time{}, false, nil
+	default:
 		return time.Time{}, false, err
 	}
-	return time.Time{}, false, nil
 }
 
 // step makes the move nextMove chooses for Lease l. owned reports that this replica now holds
