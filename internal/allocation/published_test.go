@@ -1,4 +1,4 @@
-package allocation
+package allocation_test
 
 import (
 	"reflect"
@@ -6,43 +6,22 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
-// publishedPod builds pods as the published Neuron stack leaves them:
-// publishedPod("p").node("n").container("app", neuron, 2).ids("0,1").obj().
-type podBuilder struct{ p *corev1.Pod }
-
-func publishedPod(name string) *podBuilder {
-	return &podBuilder{p: &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: map[string]string{
-			AllocTime: "1700000000000000000", Allocated: "false",
-		}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning},
-	}}
+// runningPod is a running pod in namespace ns; Published gives it the annotations the published
+// Neuron stack leaves.
+func runningPod(name string) *testkit.PodWrapper {
+	return testkit.MakePod().Namespace("ns").Name(name).Running()
 }
 
-func (b *podBuilder) node(n string) *podBuilder { b.p.Spec.NodeName = n; return b }
-
-func (b *podBuilder) container(name, res string, n int64) *podBuilder {
-	c := corev1.Container{Name: name}
-	if res != "" {
-		c.Resources.Limits = corev1.ResourceList{corev1.ResourceName(res): qty(n)}
-	}
-	b.p.Spec.Containers = append(b.p.Spec.Containers, c)
-	return b
+// withoutIDs gives the pod the published stack's annotations but AWS_NEURON_IDS.
+func withoutIDs(b *testkit.PodWrapper) *testkit.PodWrapper {
+	return b.AllocTime(testkit.PublishedAllocTime).Annotation(allocation.Allocated, "false")
 }
-
-func (b *podBuilder) ids(v string) *podBuilder { b.p.Annotations[AWSNeuronIDs] = v; return b }
-
-func (b *podBuilder) annotate(k, v string) *podBuilder { b.p.Annotations[k] = v; return b }
-
-func (b *podBuilder) phase(p corev1.PodPhase) *podBuilder { b.p.Status.Phase = p; return b }
-
-func (b *podBuilder) obj() *corev1.Pod { return b.p }
 
 func TestPublishedRecord(t *testing.T) {
 	const (
@@ -53,97 +32,97 @@ func TestPublishedRecord(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		pod     *corev1.Pod
-		want    *Record // nil: no record
-		warning string  // substring of the only warning; "" for none
-		err     string  // substring of the error
+		want    *allocation.Record // nil: no record
+		warning string             // substring of the only warning; "" for none
+		err     string             // substring of the error
 	}{
 		{
 			name: "devices of a running pod",
-			pod:  publishedPod("p").node("inf2-a").container("app", dev, 2).ids("1,0").obj(),
-			want: &Record{Node: "inf2-a", Containers: []Container{{Name: "app", Resource: dev, Devices: []int{0, 1}, Served: true}}},
+			pod:  runningPod("p").Node("inf2-a").Container("app", dev, 2).Published("1,0").Obj(),
+			want: &allocation.Record{Node: "inf2-a", Containers: []allocation.Container{{Name: "app", Resource: dev, Devices: []int{0, 1}, Served: true}}},
 		},
 		{
 			name: "global cores",
-			pod:  publishedPod("p").node("trn1-a").container("app", core, 4).ids("0,1,2,3").obj(),
-			want: &Record{Node: "trn1-a", Containers: []Container{{Name: "app", Resource: core, Cores: []int{0, 1, 2, 3}, Served: true}}},
+			pod:  runningPod("p").Node("trn1-a").Container("app", core, 4).Published("0,1,2,3").Obj(),
+			want: &allocation.Record{Node: "trn1-a", Containers: []allocation.Container{{Name: "app", Resource: core, Cores: []int{0, 1, 2, 3}, Served: true}}},
 		},
 		{
 			name: "neurondevice, spaces around the ids",
-			pod:  publishedPod("p").node("n").container("app", alt, 1).ids(" 5 ").obj(),
-			want: &Record{Node: "n", Containers: []Container{{Name: "app", Resource: alt, Devices: []int{5}, Served: true}}},
+			pod:  runningPod("p").Node("n").Container("app", alt, 1).Published(" 5 ").Obj(),
+			want: &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "app", Resource: alt, Devices: []int{5}, Served: true}}},
 		},
 		{
 			name: "bound, not running yet, NEURON_ALLOCATED false: not served",
-			pod:  publishedPod("p").node("n").container("app", dev, 1).ids("3").phase(corev1.PodPending).obj(),
-			want: &Record{Node: "n", Containers: []Container{{Name: "app", Resource: dev, Devices: []int{3}}}},
+			pod:  runningPod("p").Node("n").Container("app", dev, 1).Published("3").Phase(corev1.PodPending).Obj(),
+			want: &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "app", Resource: dev, Devices: []int{3}}}},
 		},
 		{
 			name: "not running yet but NEURON_ALLOCATED true: served",
-			pod:  publishedPod("p").node("n").container("app", dev, 1).ids("3").phase(corev1.PodPending).annotate(Allocated, "true").obj(),
-			want: &Record{Node: "n", Containers: []Container{{Name: "app", Resource: dev, Devices: []int{3}, Served: true}}},
+			pod:  runningPod("p").Node("n").Container("app", dev, 1).Published("3").Phase(corev1.PodPending).Annotation(allocation.Allocated, "true").Obj(),
+			want: &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "app", Resource: dev, Devices: []int{3}, Served: true}}},
 		},
 		{
 			name: "several containers: split in container order by their counts",
-			pod: publishedPod("p").node("n").container("a", dev, 2).container("sidecar", "", 0).container("b", core, 3).
-				ids("4,5,0,1,2").obj(),
-			want: &Record{Node: "n", Containers: []Container{
+			pod: runningPod("p").Node("n").Container("a", dev, 2).Container("sidecar", "", 0).Container("b", core, 3).
+				Published("4,5,0,1,2").Obj(),
+			want: &allocation.Record{Node: "n", Containers: []allocation.Container{
 				{Name: "a", Resource: dev, Devices: []int{4, 5}, Served: true},
 				{Name: "b", Resource: core, Cores: []int{0, 1, 2}, Served: true},
 			}},
 		},
 		{
 			name: "HAMi's NEURON_RESOURCE_TYPE picks the request",
-			pod: publishedPod("p").node("n").container("a", core, 2).container("b", dev, 1).
-				annotate(ResourceType, core).ids("6,7").obj(),
-			want: &Record{Node: "n", Containers: []Container{{Name: "a", Resource: core, Cores: []int{6, 7}, Served: true}}},
+			pod: runningPod("p").Node("n").Container("a", core, 2).Container("b", dev, 1).
+				Annotation(allocation.ResourceType, core).Published("6,7").Obj(),
+			want: &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "a", Resource: core, Cores: []int{6, 7}, Served: true}}},
 		},
 		{
 			name:    "more ids than requested: all held by the first container, with a warning",
-			pod:     publishedPod("p").node("n").container("a", dev, 1).container("b", dev, 1).ids("0,1,2").obj(),
-			want:    &Record{Node: "n", Containers: []Container{{Name: "a", Resource: dev, Devices: []int{0, 1, 2}, Served: true}}},
+			pod:     runningPod("p").Node("n").Container("a", dev, 1).Container("b", dev, 1).Published("0,1,2").Obj(),
+			want:    &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "a", Resource: dev, Devices: []int{0, 1, 2}, Served: true}}},
 			warning: `pod ns/p: AWS_NEURON_IDS "0,1,2" lists 3 ids but the pod requests 2 (a: 1 aws.amazon.com/neuron, b: 1 aws.amazon.com/neuron): all 3 are counted as devices of container a`,
 		},
 		{
 			name:    "fewer ids than requested",
-			pod:     publishedPod("p").node("n").container("a", core, 4).ids("8,9").obj(),
-			want:    &Record{Node: "n", Containers: []Container{{Name: "a", Resource: core, Cores: []int{8, 9}, Served: true}}},
+			pod:     runningPod("p").Node("n").Container("a", core, 4).Published("8,9").Obj(),
+			want:    &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "a", Resource: core, Cores: []int{8, 9}, Served: true}}},
 			warning: "lists 2 ids but the pod requests 4",
 		},
 		{
 			name:    "a malformed NEURON_ALLOC_TIME is a warning",
-			pod:     publishedPod("p").node("n").container("a", dev, 1).ids("0").annotate(AllocTime, "yesterday").obj(),
-			want:    &Record{Node: "n", Containers: []Container{{Name: "a", Resource: dev, Devices: []int{0}, Served: true}}},
+			pod:     runningPod("p").Node("n").Container("a", dev, 1).Published("0").Annotation(allocation.AllocTime, "yesterday").Obj(),
+			want:    &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "a", Resource: dev, Devices: []int{0}, Served: true}}},
 			warning: `NEURON_ALLOC_TIME "yesterday" is not unix nanoseconds`,
 		},
-		{name: "not bound: nothing given yet", pod: publishedPod("p").container("a", dev, 1).ids("0").phase(corev1.PodPending).obj()},
-		{name: "succeeded", pod: publishedPod("p").node("n").container("a", dev, 1).ids("0").phase(corev1.PodSucceeded).obj()},
-		{name: "failed", pod: publishedPod("p").node("n").container("a", dev, 1).ids("0").phase(corev1.PodFailed).obj()},
-		{name: "no AWS_NEURON_IDS", pod: publishedPod("p").node("n").container("a", dev, 1).obj()},
+		{name: "not bound: nothing given yet", pod: runningPod("p").Container("a", dev, 1).Published("0").Phase(corev1.PodPending).Obj()},
+		{name: "succeeded", pod: runningPod("p").Node("n").Container("a", dev, 1).Published("0").Phase(corev1.PodSucceeded).Obj()},
+		{name: "failed", pod: runningPod("p").Node("n").Container("a", dev, 1).Published("0").Phase(corev1.PodFailed).Obj()},
+		{name: "no AWS_NEURON_IDS", pod: withoutIDs(runningPod("p").Node("n").Container("a", dev, 1)).Obj()},
 		{
 			name: "our record wins",
-			pod:  publishedPod("p").node("n").container("a", dev, 1).ids("0").annotate(Annotation, `{"node":"n","containers":[]}`).obj(),
+			pod:  runningPod("p").Node("n").Container("a", dev, 1).Published("0").Annotation(allocation.Annotation, `{"node":"n","containers":[]}`).Obj(),
 		},
-		{name: "empty", pod: publishedPod("p").node("n").container("a", dev, 1).ids("").obj(), err: "is empty"},
-		{name: "not a number", pod: publishedPod("p").node("n").container("a", dev, 1).ids("neuron0").obj(), err: `is not a comma list of device or core numbers ("neuron0")`},
-		{name: "negative", pod: publishedPod("p").node("n").container("a", dev, 1).ids("-1").obj(), err: "not a comma list"},
-		{name: "a range is not a published value", pod: publishedPod("p").node("n").container("a", dev, 2).ids("0-1").obj(), err: "not a comma list"},
-		{name: "trailing comma", pod: publishedPod("p").node("n").container("a", dev, 1).ids("0,").obj(), err: `("")`},
-		{name: "out of range", pod: publishedPod("p").node("n").container("a", dev, 1).ids("99999999999999999999").obj(), err: "which no Neuron instance has"},
-		{name: "twice", pod: publishedPod("p").node("n").container("a", dev, 2).ids("3,3").obj(), err: "lists id 3 twice"},
-		{name: "no Neuron request", pod: publishedPod("p").node("n").container("a", "", 0).ids("0").obj(), err: "requests no Neuron resource"},
+		{name: "empty", pod: runningPod("p").Node("n").Container("a", dev, 1).Published("").Obj(), err: "is empty"},
+		{name: "not a number", pod: runningPod("p").Node("n").Container("a", dev, 1).Published("neuron0").Obj(), err: `is not a comma list of device or core numbers ("neuron0")`},
+		{name: "negative", pod: runningPod("p").Node("n").Container("a", dev, 1).Published("-1").Obj(), err: "not a comma list"},
+		{name: "a range is not a published value", pod: runningPod("p").Node("n").Container("a", dev, 2).Published("0-1").Obj(), err: "not a comma list"},
+		{name: "trailing comma", pod: runningPod("p").Node("n").Container("a", dev, 1).Published("0,").Obj(), err: `("")`},
+		{name: "out of range", pod: runningPod("p").Node("n").Container("a", dev, 1).Published("99999999999999999999").Obj(), err: "which no Neuron instance has"},
+		{name: "twice", pod: runningPod("p").Node("n").Container("a", dev, 2).Published("3,3").Obj(), err: "lists id 3 twice"},
+		{name: "no Neuron request", pod: runningPod("p").Node("n").Container("a", "", 0).Published("0").Obj(), err: "requests no Neuron resource"},
 		{
 			name: "NEURON_RESOURCE_TYPE not requested",
-			pod:  publishedPod("p").node("n").container("a", dev, 1).ids("0").annotate(ResourceType, core).obj(),
+			pod:  runningPod("p").Node("n").Container("a", dev, 1).Published("0").Annotation(allocation.ResourceType, core).Obj(),
 			err:  `NEURON_RESOURCE_TYPE "aws.amazon.com/neuroncore", which no container of the pod requests`,
 		},
 		{
 			name: "NEURON_RESOURCE_TYPE not a Neuron resource",
-			pod:  publishedPod("p").node("n").container("a", dev, 1).ids("0").annotate(ResourceType, "nvidia.com/gpu").obj(),
+			pod:  runningPod("p").Node("n").Container("a", dev, 1).Published("0").Annotation(allocation.ResourceType, "nvidia.com/gpu").Obj(),
 			err:  "is not a Neuron resource",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, warnings, err := PublishedRecord(tc.pod)
+			got, warnings, err := allocation.PublishedRecord(tc.pod)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) || got != nil {
 					t.Fatalf("got %+v, %v; want the error %q", got, err, tc.err)
@@ -153,7 +132,7 @@ func TestPublishedRecord(t *testing.T) {
 						t.Errorf("error %q does not say %q", err, must)
 					}
 				}
-				if _, rerr := RecordOf(tc.pod); rerr == nil || rerr.Error() != err.Error() {
+				if _, rerr := allocation.RecordOf(tc.pod); rerr == nil || rerr.Error() != err.Error() {
 					t.Errorf("RecordOf error %v, want PublishedRecord's", rerr)
 				}
 				return
@@ -170,15 +149,15 @@ func TestPublishedRecord(t *testing.T) {
 			case tc.warning != "" && (len(warnings) != 1 || !strings.Contains(warnings[0], tc.warning)):
 				t.Errorf("warnings %q, want one with %q", warnings, tc.warning)
 			}
-			if _, ours := tc.pod.Annotations[Annotation]; ours {
+			if _, ours := tc.pod.Annotations[allocation.Annotation]; ours {
 				return
 			}
-			r, err := RecordOf(tc.pod)
+			r, err := allocation.RecordOf(tc.pod)
 			if err != nil || !reflect.DeepEqual(r, tc.want) {
 				t.Errorf("RecordOf = %+v, %v; want the derived record", r, err)
 			}
 			if got != nil {
-				if back, err := Parse(got.Encode()); err != nil || back.Node != got.Node {
+				if back, err := allocation.Parse(got.Encode()); err != nil || back.Node != got.Node {
 					t.Errorf("the derived record does not survive Encode/Parse: %v", err)
 				}
 			}
@@ -190,22 +169,19 @@ func TestPublishedRecord(t *testing.T) {
 // with records of ours; node annotations play no part; ids that do not fit come back as a
 // problem that names the annotation.
 func TestNodeUsageCountsPublishedPods(t *testing.T) {
-	s := testShape(t, trn1)
-	ours := &Record{Node: "trn1-a", Containers: []Container{{Name: "app", Resource: topology.ResourceNeuron, Devices: []int{4, 5, 6, 7}, Cores: seqInts(8, 8), Served: true}}}
-	withRecord := publishedPod("ours").node("trn1-a").container("app", topology.ResourceNeuron, 4).obj()
-	for k, v := range ours.Annotations() {
-		withRecord.Annotations[k] = v
-	}
+	s := shapeOf(t, "trn1.32xlarge")
+	ours := &allocation.Record{Node: "trn1-a", Containers: []allocation.Container{{Name: "app", Resource: topology.ResourceNeuron, Devices: []int{4, 5, 6, 7}, Cores: []int{8, 9, 10, 11, 12, 13, 14, 15}, Served: true}}}
+	withRecord := withoutIDs(runningPod("ours").Container("app", topology.ResourceNeuron, 4)).Record(ours).Obj()
 	pods := []*corev1.Pod{
-		publishedPod("devices").node("trn1-a").container("app", topology.ResourceNeuron, 2).ids("0,1").obj(),
-		publishedPod("cores").node("trn1-a").container("app", topology.ResourceNeuronCore, 4).ids("4,5,6,7").obj(),
+		runningPod("devices").Node("trn1-a").Container("app", topology.ResourceNeuron, 2).Published("0,1").Obj(),
+		runningPod("cores").Node("trn1-a").Container("app", topology.ResourceNeuronCore, 4).Published("4,5,6,7").Obj(),
 		withRecord,
-		publishedPod("elsewhere").node("trn1-b").container("app", topology.ResourceNeuron, 1).ids("15").obj(),
-		publishedPod("finished").node("trn1-a").container("app", topology.ResourceNeuron, 1).ids("14").phase(corev1.PodSucceeded).obj(),
-		publishedPod("too-big").node("trn1-a").container("app", topology.ResourceNeuron, 1).ids("16").obj(),
-		publishedPod("overlap").node("trn1-a").container("app", topology.ResourceNeuron, 1).ids("1").annotate(AllocTime, "1800000000000000000").obj(),
+		runningPod("elsewhere").Node("trn1-b").Container("app", topology.ResourceNeuron, 1).Published("15").Obj(),
+		runningPod("finished").Node("trn1-a").Container("app", topology.ResourceNeuron, 1).Published("14").Phase(corev1.PodSucceeded).Obj(),
+		runningPod("too-big").Node("trn1-a").Container("app", topology.ResourceNeuron, 1).Published("16").Obj(),
+		runningPod("overlap").Node("trn1-a").Container("app", topology.ResourceNeuron, 1).Published("1").Annotation(allocation.AllocTime, "1800000000000000000").Obj(),
 	}
-	u, holders, problems := NodeUsage(s, "trn1-a", pods)
+	u, holders, problems := allocation.NodeUsage(s, "trn1-a", pods)
 	if got, want := u.UsedDevices(), []int{0, 1, 2, 3, 4, 5, 6, 7}; !reflect.DeepEqual(got, want) {
 		t.Errorf("used devices %v, want %v", got, want)
 	}
@@ -234,18 +210,18 @@ func FuzzLegacyRecord(f *testing.F) {
 	f.Add("99999999999999999999", int64(1), int64(0), "", "", "Running")
 	f.Add(" 7 ,3", int64(-1), int64(1<<40), "aws.amazon.com/neuron", "", "Running")
 	f.Fuzz(func(t *testing.T, ids string, devs, cores int64, resourceType, allocated, phase string) {
-		b := publishedPod("p").node("n").ids(ids).annotate(Allocated, allocated).phase(corev1.PodPhase(phase))
+		b := runningPod("p").Node("n").Published(ids).Annotation(allocation.Allocated, allocated).Phase(corev1.PodPhase(phase))
 		if devs != 0 {
-			b.container("a", topology.ResourceNeuron, devs)
+			b.Container("a", topology.ResourceNeuron, devs)
 		}
 		if cores != 0 {
-			b.container("b", topology.ResourceNeuronCore, cores)
+			b.Container("b", topology.ResourceNeuronCore, cores)
 		}
 		if resourceType != "" {
-			b.annotate(ResourceType, resourceType)
+			b.Annotation(allocation.ResourceType, resourceType)
 		}
-		pod := b.obj()
-		r, _, err := PublishedRecord(pod)
+		pod := b.Obj()
+		r, _, err := allocation.PublishedRecord(pod)
 		if err != nil {
 			if !strings.Contains(err.Error(), "pod ns/p") {
 				t.Fatalf("error %q does not name the pod", err)
@@ -261,7 +237,7 @@ func FuzzLegacyRecord(f *testing.F) {
 				t.Fatalf("entry for container %q", c.Name)
 			}
 			for _, id := range c.IDs() {
-				if id < 0 || id >= maxPublishedID || seen[id] {
+				if id < 0 || id >= allocation.MaxPublishedID || seen[id] {
 					t.Fatalf("id %d out of bounds or twice in %+v", id, r)
 				}
 				seen[id] = true
@@ -270,9 +246,23 @@ func FuzzLegacyRecord(f *testing.F) {
 		if len(seen) != len(strings.Split(ids, ",")) {
 			t.Fatalf("%d ids in the record for %q", len(seen), ids)
 		}
-		back, err := Parse(r.Encode())
+		back, err := allocation.Parse(r.Encode())
 		if err != nil || back.Encode() != r.Encode() {
 			t.Fatalf("round trip of %+v: %v", r, err)
 		}
 	})
+}
+
+// shapeOf is the shape of a catalog type at its default LNC.
+func shapeOf(t *testing.T, name string) *topology.Shape {
+	t.Helper()
+	it, err := topology.DefaultCatalog().Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := topology.NewShape(it, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

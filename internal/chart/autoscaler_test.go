@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -89,7 +88,7 @@ func TestAutoscalerEC2(t *testing.T) {
 		t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
 	}
 	checkDevicePlugin(t, m, "kube-system")
-	checkAutoscaler(t, m, "kube-system", 2, autoscalerEnv("ec2", ec2Env...))
+	checkAutoscaler(t, m, "kube-system", 2)
 	checkAutoscalerRBAC(t, m, "kube-system", false)
 	checkAutoscalerPDB(t, m, "kube-system")
 	if sa := get[corev1.ServiceAccount](t, m, "ServiceAccount", "kube-system", autoscalerName); len(sa.Annotations) != 0 {
@@ -111,17 +110,14 @@ func TestAutoscalerLocal(t *testing.T) {
 	if got, want := m.names(), objects(autoscalerObjects, autoscalerPDB); !slices.Equal(got, want) {
 		t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
 	}
-	checkAutoscaler(t, m, "kube-system", 2, autoscalerEnv("local"))
+	checkAutoscaler(t, m, "kube-system", 2)
 	checkAutoscalerRBAC(t, m, "kube-system", true)
 	checkAutoscalerPDB(t, m, "kube-system")
-
-	// The ec2 settings given anyway are not rendered with provider local.
-	m = render(t, append([]string{"autoscaler.provider=local", "autoscaler.ec2.region=us-west-2", "npd.enabled=false"}, autoscalerEC2...)...)
-	checkAutoscaler(t, m, "kube-system", 2, autoscalerEnv("local"))
 }
 
-// checkAutoscaler checks the Deployment neuron-autoscaler with the default values but the env.
-func checkAutoscaler(t *testing.T, m manifest, ns string, replicas int32, wantEnv []corev1.EnvVar) {
+// checkAutoscaler checks the Deployment neuron-autoscaler with the default values;
+// TestComponentPods checks its security context, affinity and env.
+func checkAutoscaler(t *testing.T, m manifest, ns string, replicas int32) {
 	t.Helper()
 	d := get[appsv1.Deployment](t, m, "Deployment", ns, autoscalerName)
 	wantLabels := map[string]string{
@@ -168,34 +164,6 @@ func checkAutoscaler(t *testing.T, m manifest, ns string, replicas int32, wantEn
 	if !reflect.DeepEqual(spec.Tolerations, wantTolerations) {
 		t.Errorf("tolerations = %+v, want %+v", spec.Tolerations, wantTolerations)
 	}
-	// Never on a node it launched (it removes those once they are empty); replicas on
-	// different nodes when possible.
-	wantAffinity := &corev1.Affinity{
-		NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
-				{Key: autoscaler.LaunchedByLabel, Operator: corev1.NodeSelectorOpDoesNotExist},
-			}}},
-		}},
-		PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-			Weight: 100,
-			PodAffinityTerm: corev1.PodAffinityTerm{
-				TopologyKey:   "kubernetes.io/hostname",
-				LabelSelector: &metav1.LabelSelector{MatchLabels: wantSelector},
-			},
-		}}},
-	}
-	if !reflect.DeepEqual(spec.Affinity, wantAffinity) {
-		t.Errorf("affinity = %+v, want %+v", spec.Affinity, wantAffinity)
-	}
-	wantPodSC := &corev1.PodSecurityContext{
-		RunAsNonRoot:   ptr.To(true),
-		RunAsUser:      ptr.To[int64](65532),
-		RunAsGroup:     ptr.To[int64](65532),
-		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-	}
-	if !reflect.DeepEqual(spec.SecurityContext, wantPodSC) {
-		t.Errorf("pod securityContext = %+v, want %+v", spec.SecurityContext, wantPodSC)
-	}
 	if len(spec.Volumes) != 0 {
 		t.Errorf("volumes = %+v, want none", spec.Volumes)
 	}
@@ -210,9 +178,6 @@ func checkAutoscaler(t *testing.T, m manifest, ns string, replicas int32, wantEn
 	if !slices.Equal(c.Command, []string{"/neuron-autoscaler"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-autoscaler] and no args", c.Command, c.Args)
 	}
-	if !reflect.DeepEqual(c.Env, wantEnv) {
-		t.Errorf("env =\n  %+v\nwant\n  %+v", c.Env, wantEnv)
-	}
 	wantPorts := []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9466, Protocol: corev1.ProtocolTCP}}
 	if !reflect.DeepEqual(c.Ports, wantPorts) {
 		t.Errorf("ports = %+v, want %+v", c.Ports, wantPorts)
@@ -220,17 +185,6 @@ func checkAutoscaler(t *testing.T, m manifest, ns string, replicas int32, wantEn
 	checkHTTPProbe(t, "readinessProbe", c.ReadinessProbe, "/readyz", intstr.FromString("metrics"), "")
 	checkHTTPProbe(t, "livenessProbe", c.LivenessProbe, "/healthz", intstr.FromString("metrics"), "")
 	checkResources(t, c.Resources, "50m", "128Mi", "500m", "512Mi")
-	wantSC := &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		ReadOnlyRootFilesystem:   ptr.To(true),
-		RunAsNonRoot:             ptr.To(true),
-		RunAsUser:                ptr.To[int64](65532),
-		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-	}
-	if !reflect.DeepEqual(c.SecurityContext, wantSC) {
-		t.Errorf("securityContext = %+v, want %+v", c.SecurityContext, wantSC)
-	}
 }
 
 // checkAutoscalerRBAC checks least privilege, verb by verb, against what the controller and the
@@ -440,7 +394,7 @@ func TestAutoscalerOneReplica(t *testing.T) {
 	if got, want := m.names(), objects(autoscalerObjects); !slices.Equal(got, want) {
 		t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
 	}
-	checkAutoscaler(t, m, "kube-system", 1, autoscalerEnv("ec2", ec2Env...))
+	checkAutoscaler(t, m, "kube-system", 1)
 }
 
 // TestAutoscalerNeedsEC2Settings: the ec2 provider without a launch template, subnets or a

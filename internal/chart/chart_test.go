@@ -146,6 +146,8 @@ func sorted(s []string) []string {
 	return s
 }
 
+// checkDevicePlugin checks the device plugin's DaemonSet and RBAC with the default values;
+// TestComponentPods checks its security context, affinity and env.
 func checkDevicePlugin(t *testing.T, m manifest, ns string) {
 	t.Helper()
 	ds := get[appsv1.DaemonSet](t, m, "DaemonSet", ns, "neuron-device-plugin")
@@ -196,7 +198,6 @@ func checkDevicePlugin(t *testing.T, m manifest, ns string) {
 	if !reflect.DeepEqual(spec.Tolerations, wantTolerations) {
 		t.Errorf("tolerations = %+v, want %+v", spec.Tolerations, wantTolerations)
 	}
-	checkNeuronAffinity(t, spec.Affinity, wantFamilies(t), wantInstances(t), devicePluginExpressions...)
 
 	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
 		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
@@ -208,19 +209,6 @@ func checkDevicePlugin(t *testing.T, m manifest, ns string) {
 	if !slices.Equal(c.Command, []string{"/neuron-device-plugin"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-device-plugin] and no args", c.Command, c.Args)
 	}
-	wantEnv := []corev1.EnvVar{
-		{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
-		{Name: "NEURON_SYSFS_ROOT", Value: "/"},
-		{Name: "KUBELET_DEVICE_PLUGIN_DIR", Value: "/var/lib/kubelet/device-plugins"},
-		{Name: "KUBELET_POD_RESOURCES_SOCKET", Value: "/var/lib/kubelet/pod-resources/kubelet.sock"},
-		{Name: "NEURON_STATE_DIR", Value: "/var/lib/kube-neuron/device-plugin"},
-		{Name: "NEURON_HEALTH_INTERVAL", Value: "1s"},
-		{Name: "NEURON_ALLOCATION_SOURCE", Value: "auto"},
-		{Name: "NEURON_METRICS_ADDRESS", Value: ":9464"},
-	}
-	if !reflect.DeepEqual(c.Env, wantEnv) {
-		t.Errorf("env =\n  %+v\nwant\n  %+v", c.Env, wantEnv)
-	}
 	wantPorts := []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9464, Protocol: corev1.ProtocolTCP}}
 	if !reflect.DeepEqual(c.Ports, wantPorts) {
 		t.Errorf("ports = %+v, want %+v", c.Ports, wantPorts)
@@ -229,19 +217,6 @@ func checkDevicePlugin(t *testing.T, m manifest, ns string) {
 		t.Errorf("livenessProbe = %+v, want httpGet /healthz on port metrics", p)
 	}
 	checkResources(t, c.Resources, "10m", "32Mi", "100m", "128Mi")
-	wantSC := &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		ReadOnlyRootFilesystem:   ptr.To(true),
-		RunAsUser:                ptr.To[int64](0),
-		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-	}
-	if !reflect.DeepEqual(c.SecurityContext, wantSC) {
-		t.Errorf("securityContext = %+v, want %+v", c.SecurityContext, wantSC)
-	}
-	if spec.SecurityContext != nil && !reflect.DeepEqual(*spec.SecurityContext, corev1.PodSecurityContext{}) {
-		t.Errorf("pod securityContext = %+v, want none", spec.SecurityContext)
-	}
 	checkMounts(t, spec, c, []mount{
 		{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/device-plugins", corev1.HostPathDirectory, false},
 		{"/var/lib/kube-neuron/device-plugin", "/var/lib/kube-neuron/device-plugin", corev1.HostPathDirectoryOrCreate, false},
@@ -280,33 +255,12 @@ func checkBinding(t *testing.T, b *rbacv1.ClusterRoleBinding, role, ns, sa strin
 	}
 }
 
-// checkNeuronAffinity checks the required node affinity of a Neuron DaemonSet: two OR-ed terms,
-// a node of a Neuron instance family (Karpenter's label) or of a Neuron instance type, each with
-// the component's own expressions, extra.
+// checkNeuronAffinity checks the required node affinity of a Neuron node agent against
+// neuronAffinity, the instance lists as sets.
 func checkNeuronAffinity(t *testing.T, a *corev1.Affinity, families, instances []string, extra ...corev1.NodeSelectorRequirement) {
 	t.Helper()
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		t.Fatalf("no required node affinity: %+v", a)
-	}
-	if a.PodAffinity != nil || a.PodAntiAffinity != nil || a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution != nil {
-		t.Errorf("unexpected affinity %+v", a)
-	}
-	got := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.DeepCopy().NodeSelectorTerms
-	for _, term := range got {
-		if len(term.MatchExpressions) > 0 {
-			// values.yaml's order; the comparison below is about the set.
-			term.MatchExpressions[0].Values = sorted(term.MatchExpressions[0].Values)
-		}
-	}
-	var want []corev1.NodeSelectorTerm
-	for _, first := range []corev1.NodeSelectorRequirement{
-		{Key: labels.InstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: sorted(families)},
-		{Key: labels.InstanceType, Operator: corev1.NodeSelectorOpIn, Values: sorted(instances)},
-	} {
-		want = append(want, corev1.NodeSelectorTerm{MatchExpressions: append([]corev1.NodeSelectorRequirement{first}, extra...)})
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("nodeSelectorTerms =\n  %+v\nwant\n  %+v", got, want)
+	if got, want := asSets(a.DeepCopy()), asSets(neuronAffinity(families, instances, extra...).DeepCopy()); !reflect.DeepEqual(got, want) {
+		t.Errorf("affinity =\n  %+v\nwant\n  %+v", got, want)
 	}
 }
 
@@ -394,6 +348,8 @@ type kernelMonitor struct {
 	} `json:"rules"`
 }
 
+// checkNPD checks node-problem-detector's objects with the default values; TestComponentPods
+// checks its security context, affinity and env.
 func checkNPD(t *testing.T, m manifest) {
 	t.Helper()
 	const ns = "neuron-healthcheck-system"
@@ -429,7 +385,6 @@ func checkNPD(t *testing.T, m manifest) {
 	if spec.ServiceAccountName != "node-problem-detector" {
 		t.Errorf("serviceAccountName = %q", spec.ServiceAccountName)
 	}
-	checkNeuronAffinity(t, spec.Affinity, wantFamilies(t), wantInstances(t), notEKSComputeTypes)
 	wantTolerations := []corev1.Toleration{
 		{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 		{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},

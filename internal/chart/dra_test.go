@@ -45,20 +45,21 @@ func TestDRASeedInstall(t *testing.T) {
 		t.Errorf("the device plugin DaemonSet is rendered")
 	}
 	checkDRA(t, m)
-	checkDRADriver(t, m, false)
+	checkDRADriver(t, m)
 }
 
-// TestDRAWithDevicePlugin: with devicePlugin.allowWithDRA both render, and the DRA driver runs
-// only on the nodes labelled for it.
+// TestDRAWithDevicePlugin: with devicePlugin.allowWithDRA both render (TestComponentPods
+// checks that the DRA driver then runs only on the nodes labelled for it).
 func TestDRAWithDevicePlugin(t *testing.T) {
 	t.Parallel()
 	m := render(t, "draDriver.enabled=true", "devicePlugin.allowWithDRA=true", "npd.enabled=false")
-	checkDRADriver(t, m, true)
+	checkDevicePlugin(t, m, "kube-system")
+	checkDRADriver(t, m)
 }
 
 // checkDRADriver checks the kubelet plugin DaemonSet, its RBAC and the ResourceSlice policy with
-// the default values; withDevicePlugin says whether the device plugin is installed too.
-func checkDRADriver(t *testing.T, m manifest, withDevicePlugin bool) {
+// the default values; TestComponentPods checks its security context, affinity and env.
+func checkDRADriver(t *testing.T, m manifest) {
 	t.Helper()
 	ds := get[appsv1.DaemonSet](t, m, "DaemonSet", draNS, draDaemonSet)
 	wantLabels := map[string]string{
@@ -105,7 +106,9 @@ func checkDRADriver(t *testing.T, m manifest, withDevicePlugin bool) {
 	if !reflect.DeepEqual(spec.Tolerations, wantTolerations) {
 		t.Errorf("tolerations = %+v, want %+v", spec.Tolerations, wantTolerations)
 	}
-	checkDRAAffinity(t, spec, wantInstances(t), withDevicePlugin)
+	if len(spec.NodeSelector) != 0 {
+		t.Errorf("nodeSelector = %v, want none (the affinity says where it runs)", spec.NodeSelector)
+	}
 
 	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
 		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
@@ -117,30 +120,8 @@ func checkDRADriver(t *testing.T, m manifest, withDevicePlugin bool) {
 	if !slices.Equal(c.Command, []string{"/neuron-dra-driver"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-dra-driver] and no args", c.Command, c.Args)
 	}
-	fieldRef := func(path string) *corev1.EnvVarSource {
-		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
-	}
-	wantEnv := []corev1.EnvVar{
-		{Name: "NODE_NAME", ValueFrom: fieldRef("spec.nodeName")},
-		{Name: "POD_UID", ValueFrom: fieldRef("metadata.uid")},
-		{Name: "POD_NAMESPACE", ValueFrom: fieldRef("metadata.namespace")},
-		{Name: "NEURON_SYSFS_ROOT", Value: "/"},
-		{Name: "CDI_ROOT", Value: "/var/run/cdi"},
-		{Name: "KUBELET_REGISTRAR_DIRECTORY_PATH", Value: "/var/lib/kubelet/plugins_registry"},
-		{Name: "KUBELET_PLUGINS_DIRECTORY_PATH", Value: "/var/lib/kubelet/plugins"},
-		{Name: "HEALTHCHECK_PORT", Value: "51515"},
-		{Name: "NEURON_HEALTH_INTERVAL", Value: "1s"},
-		{Name: "NEURON_METRICS_ADDRESS", Value: ":9465"},
-	}
-	if !reflect.DeepEqual(c.Env, wantEnv) {
-		t.Errorf("env =\n  %+v\nwant\n  %+v", c.Env, wantEnv)
-	}
 	checkDRAPorts(t, c, 51515, 9465)
 	checkResources(t, c.Resources, "10m", "128Mi", "100m", "256Mi")
-	wantSC := &corev1.SecurityContext{Privileged: ptr.To(true), ReadOnlyRootFilesystem: ptr.To(true)}
-	if !reflect.DeepEqual(c.SecurityContext, wantSC) {
-		t.Errorf("securityContext = %+v, want %+v", c.SecurityContext, wantSC)
-	}
 	checkMounts(t, spec, c, []mount{
 		{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins_registry", corev1.HostPathDirectory, false},
 		{"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins", corev1.HostPathDirectory, false},

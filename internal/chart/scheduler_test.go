@@ -190,7 +190,8 @@ func TestSchedulerSeedInstallCommands(t *testing.T) {
 	})
 }
 
-// checkExtender checks the Deployment k8s-neuron-scheduler with the default values.
+// checkExtender checks the extender's Deployment with the default values but replicas and
+// hostNetwork; TestComponentPods checks its security context, affinity and env.
 func checkExtender(t *testing.T, m manifest, ns string, replicas int32, hostNetwork bool) {
 	t.Helper()
 	d := get[appsv1.Deployment](t, m, "Deployment", ns, "k8s-neuron-scheduler")
@@ -251,18 +252,6 @@ func checkExtender(t *testing.T, m manifest, ns string, replicas int32, hostNetw
 	if !reflect.DeepEqual(spec.NodeSelector, wantNodeSelector) || !reflect.DeepEqual(spec.Tolerations, wantTolerations) || spec.DNSPolicy != wantDNS {
 		t.Errorf("nodeSelector %v tolerations %+v dnsPolicy %q, want %v %+v %q", spec.NodeSelector, spec.Tolerations, spec.DNSPolicy, wantNodeSelector, wantTolerations, wantDNS)
 	}
-	wantAffinity := &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-			Weight: 100,
-			PodAffinityTerm: corev1.PodAffinityTerm{
-				TopologyKey:   "kubernetes.io/hostname",
-				LabelSelector: &metav1.LabelSelector{MatchLabels: wantSelector},
-			},
-		}},
-	}}
-	if !reflect.DeepEqual(spec.Affinity, wantAffinity) {
-		t.Errorf("affinity = %+v, want preferred anti-affinity across nodes", spec.Affinity)
-	}
 	wantSpread := []corev1.TopologySpreadConstraint{{
 		MaxSkew:           1,
 		TopologyKey:       "topology.kubernetes.io/zone",
@@ -272,15 +261,6 @@ func checkExtender(t *testing.T, m manifest, ns string, replicas int32, hostNetw
 	}}
 	if !reflect.DeepEqual(spec.TopologySpreadConstraints, wantSpread) {
 		t.Errorf("topologySpreadConstraints = %+v, want %+v", spec.TopologySpreadConstraints, wantSpread)
-	}
-	wantPodSC := &corev1.PodSecurityContext{
-		RunAsNonRoot:   ptr.To(true),
-		RunAsUser:      ptr.To[int64](65532),
-		RunAsGroup:     ptr.To[int64](65532),
-		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-	}
-	if !reflect.DeepEqual(spec.SecurityContext, wantPodSC) {
-		t.Errorf("pod securityContext = %+v, want %+v", spec.SecurityContext, wantPodSC)
 	}
 	if len(spec.Volumes) != 0 {
 		t.Errorf("volumes = %+v, want none", spec.Volumes)
@@ -296,16 +276,6 @@ func checkExtender(t *testing.T, m manifest, ns string, replicas int32, hostNetw
 	if !slices.Equal(c.Command, []string{"/neuron-scheduler-extender"}) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want [/neuron-scheduler-extender] and no args", c.Command, c.Args)
 	}
-	wantEnv := []corev1.EnvVar{
-		{Name: "PORT", Value: "12345"},
-		{Name: "NEURON_PLACEMENT_POLICY", Value: "best-fit"},
-		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
-		{Name: "NEURON_MIRROR_USAGE_ANNOTATIONS", Value: "false"},
-		{Name: "NEURON_METRICS_ADDRESS", Value: ":9467"},
-	}
-	if !reflect.DeepEqual(c.Env, wantEnv) {
-		t.Errorf("env =\n  %+v\nwant\n  %+v", c.Env, wantEnv)
-	}
 	wantPorts := []corev1.ContainerPort{
 		{Name: "http", ContainerPort: 12345, Protocol: corev1.ProtocolTCP},
 		{Name: "metrics", ContainerPort: 9467, Protocol: corev1.ProtocolTCP},
@@ -317,17 +287,6 @@ func checkExtender(t *testing.T, m manifest, ns string, replicas int32, hostNetw
 	checkHTTPProbe(t, "readinessProbe", c.ReadinessProbe, "/readyz", intstr.FromString("metrics"), "")
 	checkHTTPProbe(t, "livenessProbe", c.LivenessProbe, "/healthz", intstr.FromString("metrics"), "")
 	checkResources(t, c.Resources, "50m", "64Mi", "500m", "256Mi")
-	wantSC := &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		ReadOnlyRootFilesystem:   ptr.To(true),
-		RunAsNonRoot:             ptr.To(true),
-		RunAsUser:                ptr.To[int64](65532),
-		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-	}
-	if !reflect.DeepEqual(c.SecurityContext, wantSC) {
-		t.Errorf("securityContext = %+v, want %+v", c.SecurityContext, wantSC)
-	}
 }
 
 // checkHTTPProbe checks an httpGet probe; scheme "" is the default, HTTP.
@@ -404,7 +363,8 @@ func checkPDB(t *testing.T, m manifest, ns string) {
 	}
 }
 
-// checkMyScheduler checks my-scheduler's Deployment and RBAC; the caller checks its configuration.
+// checkMyScheduler checks my-scheduler's Deployment and RBAC; the caller checks its configuration
+// and TestComponentPods its security context, affinity and env.
 func checkMyScheduler(t *testing.T, m manifest, ns string) {
 	t.Helper()
 	d := get[appsv1.Deployment](t, m, "Deployment", ns, "my-scheduler")

@@ -9,14 +9,14 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler"
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler/ec2"
-	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -86,46 +86,41 @@ func TestControllerNominatesToThePrivateDNSName(t *testing.T) {
 	e := setup(t, func(o *ec2.Options) { o.Region = "us-east-1" })
 	e.fake.AddSubnet("subnet-a", "us-east-1a")
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "neuron-device-plugin"}}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "train", UID: "uid-train"},
-		Spec: corev1.PodSpec{
-			Tolerations: []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-			Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{topology.ResourceNeuron: resource.MustParse("1")},
-				Limits:   corev1.ResourceList{topology.ResourceNeuron: resource.MustParse("1")},
-			}}},
-		},
-		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable},
-		}},
-	}
+	pod := testkit.MakePod().Name("train").TolerateNeuron().DefaultedContainer("c", topology.ResourceNeuron, 1).Pending().Obj()
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
 	client := fake.NewClientset(ds, pod)
-	// run runs a controller until stop is called.
-	run := func() (stop func()) {
-		c, err := autoscaler.NewController(autoscaler.ControllerOptions{Client: client, Provider: e.p, BatchWindow: 10 * time.Millisecond, ResyncInterval: 50 * time.Millisecond})
+	// run runs a controller until stop is called; rounds receives once per round the
+	// controller starts.
+	run := func() (rounds <-chan struct{}, stop func()) {
+		p := &roundCounter{Provider: e.p, rounds: make(chan struct{}, 1000)}
+		c, err := autoscaler.NewController(autoscaler.ControllerOptions{Client: client, Provider: p, BatchWindow: 10 * time.Millisecond, ResyncInterval: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(e.ctx)
 		done := make(chan error)
 		go func() { done <- c.Run(ctx) }()
-		return func() {
+		return p.rounds, func() {
 			cancel()
 			if err := <-done; err != nil {
 				t.Errorf("Run: %v", err)
 			}
 		}
 	}
-	stop := run()
+	_, stop := run()
 	var nominated string
-	for deadline := time.Now().Add(10 * time.Second); nominated == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		p, err := client.CoreV1().Pods("default").Get(e.ctx, "train", metav1.GetOptions{})
+	err := wait.PollUntilContextTimeout(e.ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods("default").Get(ctx, "train", metav1.GetOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		nominated = p.Status.NominatedNodeName
-	}
+		return nominated != "", nil
+	})
 	stop()
+	if err != nil {
+		t.Fatalf("waiting for the pod's nomination: %v", err)
+	}
 	all := e.fake.Instances()
 	if len(all) != 1 {
 		t.Fatalf("fake has %d instances, want 1 (nominated %q)", len(all), nominated)
@@ -136,8 +131,15 @@ func TestControllerNominatesToThePrivateDNSName(t *testing.T) {
 
 	// A restarted controller finds the pod planned onto the instance (its tags) under that
 	// name: it launches nothing, and the nomination stays.
-	stop = run()
-	time.Sleep(500 * time.Millisecond) // ten resync rounds
+	// Three rounds started: the first two ran to their end, where a launch would have been.
+	rounds, stop := run()
+	for i := range 3 {
+		select {
+		case <-rounds:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the restarted controller started %d rounds in 10s, want 3", i)
+		}
+	}
 	stop()
 	if n := len(e.fake.Instances()); n != 1 {
 		t.Errorf("after a restart the fake has %d instances, want 1", n)
@@ -149,4 +151,19 @@ func TestControllerNominatesToThePrivateDNSName(t *testing.T) {
 	if p.Status.NominatedNodeName != nominated {
 		t.Errorf("after a restart the pod is nominated to %q, want %s", p.Status.NominatedNodeName, nominated)
 	}
+}
+
+// roundCounter is the provider as the controller sees it, telling rounds when one starts: a
+// round lists the provider's instances before it plans, launches or removes anything.
+type roundCounter struct {
+	autoscaler.Provider
+	rounds chan struct{}
+}
+
+func (r *roundCounter) Instances(ctx context.Context) ([]autoscaler.Instance, error) {
+	select {
+	case r.rounds <- struct{}{}:
+	default:
+	}
+	return r.Provider.Instances(ctx)
 }

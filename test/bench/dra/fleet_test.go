@@ -101,41 +101,16 @@ func (f *fleet) createNodes(ctx context.Context, client kubernetes.Interface) er
 	if err != nil {
 		return err
 	}
-	return benchutil.Parallel(len(f.nodes), 16, func(i int) error {
-		name := f.nodes[i]
-		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-				labels.InstanceType:   instanceType,
-				labels.InstanceFamily: it.Family,
-				labels.Hostname:       name,
-				labels.AllocationMode: labels.AllocationModeDRA,
-				"kubernetes.io/os":    "linux",
-				"kubernetes.io/arch":  "amd64",
-			}},
-			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: labels.NeuronTaintKey, Value: labels.NeuronTaintValue, Effect: corev1.TaintEffectNoSchedule}}},
-		}
-		created, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("creating node %s: %w", name, err)
-		}
-		capacity := corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("192"),
-			corev1.ResourceMemory: resource.MustParse("2Ti"),
-			corev1.ResourcePods:   resource.MustParse("110"),
-		}
-		now := metav1.Now()
-		created.Status = corev1.NodeStatus{
-			Capacity:    capacity,
-			Allocatable: capacity.DeepCopy(),
-			Conditions: []corev1.NodeCondition{{
-				Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-				Message: "fake node of the DRA scheduling benchmark", LastHeartbeatTime: now, LastTransitionTime: now,
-			}},
-		}
-		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("setting the status of node %s: %w", name, err)
-		}
-		return nil
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("192"),
+		corev1.ResourceMemory: resource.MustParse("2Ti"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	return benchutil.CreateNodes(ctx, client, len(f.nodes), func(i int) (benchutil.Node, error) {
+		return benchutil.Node{
+			Name: f.nodes[i], InstanceType: instanceType, Family: it.Family, Mode: labels.AllocationModeDRA,
+			Capacity: capacity, Why: "fake node of the DRA scheduling benchmark",
+		}, nil
 	})
 }
 

@@ -5,21 +5,12 @@ package dra
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-neuron/kube-neuron/internal/lab"
 	"github.com/kube-neuron/kube-neuron/test/bench/benchutil"
@@ -38,117 +29,16 @@ type result struct {
 }
 
 // rate is the drain rate: pods bound per second between the first and the last binding.
-func (r result) rate() float64 {
-	if r.drain <= 0 {
-		return 0
-	}
-	return float64(r.pods-1) / r.drain.Seconds()
-}
-
-// bindWatch timestamps the first time each pod of a run is seen bound.
-type bindWatch struct {
-	want  int
-	mu    sync.Mutex
-	first time.Time
-	last  time.Time
-	seen  map[string]bool
-	done  chan struct{}
-}
-
-func watchBindings(ctx context.Context, client kubernetes.Interface, sched string, want int) (*bindWatch, error) {
-	w := &bindWatch{want: want, seen: map[string]bool{}, done: make(chan struct{})}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(benchNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = runLabel + "=" + sched }))
-	inf := factory.Core().V1().Pods().Informer()
-	observe := func(obj any) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok || pod.Spec.NodeName == "" {
-			return
-		}
-		now := time.Now()
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.seen[pod.Name] {
-			return
-		}
-		w.seen[pod.Name] = true
-		if w.first.IsZero() {
-			w.first = now
-		}
-		w.last = now
-		if len(w.seen) == w.want {
-			close(w.done)
-		}
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    observe,
-		UpdateFunc: func(_, obj any) { observe(obj) },
-	}); err != nil {
-		return nil, err
-	}
-	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("the %v cache of the binding watch did not sync", typ)
-		}
-	}
-	if n := len(inf.GetStore().List()); n != want {
-		return nil, fmt.Errorf("the backlog has %d pods, want %d", n, want)
-	}
-	return w, nil
-}
-
-// wait returns the first and last binding time once every pod is bound; it fails when no pod
-// was bound for stallTimeout, with the tail of the scheduler's log.
-func (w *bindWatch) wait(ctx context.Context, schedLog string) (first, last time.Time, err error) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	progress, count := time.Now(), 0
-	for {
-		select {
-		case <-w.done:
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			return w.first, w.last, nil
-		case <-ctx.Done():
-			return first, last, ctx.Err()
-		case <-tick.C:
-			w.mu.Lock()
-			n := len(w.seen)
-			w.mu.Unlock()
-			if n != count {
-				progress, count = time.Now(), n
-			} else if time.Since(progress) > stallTimeout {
-				return first, last, fmt.Errorf("only %d of %d pods bound, none for %v; scheduler log %s:\n%s",
-					n, w.want, stallTimeout, schedLog, lab.LogTail(schedLog, 30))
-			}
-		}
-	}
-}
+func (r result) rate() float64 { return benchutil.Rate(r.pods, r.drain) }
 
 // schedName is the scheduler under test in the CPU table.
 const schedName = "kube-scheduler under test"
-
-// cpuSeconds returns the CPU time (user+system) of the control plane's processes by name and of
-// this test process, from /proc.
-func cpuSeconds(cp *lab.ControlPlane) map[string]float64 {
-	out := map[string]float64{}
-	for _, p := range cp.Processes() {
-		if s, err := benchutil.ProcCPU(p.PID); err == nil {
-			out[p.Name] = s
-		}
-	}
-	if s, err := benchutil.ProcCPU(os.Getpid()); err == nil {
-		out["test process"] = s
-	}
-	return out
-}
 
 // schedulerMetrics scrapes the /metrics endpoint of the control plane's scheduler process
 // called name, on the secure port its command line names, as the lab's admin (the scheduler
 // authorizes /metrics through the apiserver).
 func schedulerMetrics(ctx context.Context, cp *lab.ControlPlane, name string) (map[string]float64, error) {
-	pid := pidOf(cp, name)
+	pid := benchutil.PIDOf(cp, name)
 	if pid == 0 {
 		return nil, fmt.Errorf("no process %s", name)
 	}
@@ -173,48 +63,7 @@ func schedulerMetrics(ctx context.Context, cp *lab.ControlPlane, name string) (m
 	tlsConfig.InsecureSkipVerify = true // the scheduler's self-signed serving certificate, on loopback
 	tr := &http.Transport{TLSClientConfig: tlsConfig}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1:"+port+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return nil, fmt.Errorf("GET /metrics of %s: %s %q", name, resp.Status, body)
-	}
-	return benchutil.ParseMetrics(resp.Body)
-}
-
-// sumSeries adds up the series of metric name (with suffix, e.g. "_sum") whose labels include
-// every `k="v"` of want (the scheduler's label values have no commas).
-func sumSeries(m map[string]float64, name string, want ...string) float64 {
-	total := 0.0
-	for k, v := range m {
-		base, labels, _ := strings.Cut(k, "{")
-		if base != name {
-			continue
-		}
-		have := strings.Split(strings.TrimSuffix(labels, "}"), ",")
-		if slices.ContainsFunc(want, func(w string) bool { return !slices.Contains(have, w) }) {
-			continue
-		}
-		total += v
-	}
-	return total
-}
-
-// histMean is the mean of a histogram's observations over the series matching want, and their
-// number.
-func histMean(m map[string]float64, name string, want ...string) (time.Duration, float64) {
-	n := sumSeries(m, name+"_count", want...)
-	if n == 0 {
-		return 0, 0
-	}
-	return time.Duration(sumSeries(m, name+"_sum", want...) / n * float64(time.Second)), n
+	return benchutil.Scrape(ctx, &http.Client{Transport: tr, Timeout: 10 * time.Second}, "https://127.0.0.1:"+port+"/metrics")
 }
 
 // formatReport renders one round: the throughput table, the scheduler's own view and the CPU
@@ -250,49 +99,23 @@ func formatReport(s settings, iter int, results []result) string {
 	sb.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
 		m := r.metrics
-		att, _ := histMean(m, "scheduler_scheduling_attempt_duration_seconds", `result="scheduled"`)
-		filter, _ := histMean(m, "scheduler_framework_extension_point_duration_seconds", `extension_point="Filter"`)
-		dra, _ := histMean(m, "scheduler_plugin_execution_duration_seconds", `plugin="DynamicResources"`, `extension_point="Filter"`)
-		pre, _ := histMean(m, "scheduler_plugin_execution_duration_seconds", `plugin="DynamicResources"`, `extension_point="PreFilter"`)
-		prebind, _ := histMean(m, "scheduler_framework_extension_point_duration_seconds", `extension_point="PreBind"`)
+		att, _ := benchutil.HistogramMean(m, "scheduler_scheduling_attempt_duration_seconds", `result="scheduled"`)
+		filter, _ := benchutil.HistogramMean(m, "scheduler_framework_extension_point_duration_seconds", `extension_point="Filter"`)
+		dra, _ := benchutil.HistogramMean(m, "scheduler_plugin_execution_duration_seconds", `plugin="DynamicResources"`, `extension_point="Filter"`)
+		pre, _ := benchutil.HistogramMean(m, "scheduler_plugin_execution_duration_seconds", `plugin="DynamicResources"`, `extension_point="PreFilter"`)
+		prebind, _ := benchutil.HistogramMean(m, "scheduler_framework_extension_point_duration_seconds", `extension_point="PreBind"`)
 		fmt.Fprintf(&sb, "| %s | %.0f / %.0f / %.0f | %.2f | %.2f | %.1f | %.1f | %.2f | %.2f |\n", r.name,
-			sumSeries(m, "scheduler_schedule_attempts_total", `result="scheduled"`),
-			sumSeries(m, "scheduler_schedule_attempts_total", `result="unschedulable"`),
-			sumSeries(m, "scheduler_schedule_attempts_total", `result="error"`),
-			ms(att), ms(filter), us(dra), us(pre), ms(prebind), r.cpu[schedName]*1000/float64(r.pods))
+			benchutil.SumSeries(m, "scheduler_schedule_attempts_total", `result="scheduled"`),
+			benchutil.SumSeries(m, "scheduler_schedule_attempts_total", `result="unschedulable"`),
+			benchutil.SumSeries(m, "scheduler_schedule_attempts_total", `result="error"`),
+			benchutil.Millis(att), benchutil.Millis(filter), us(dra), us(pre), benchutil.Millis(prebind), r.cpu[schedName]*1000/float64(r.pods))
 	}
 
-	// CPU per process, in ms per pod.
-	procs := map[string]bool{}
-	for _, r := range results {
-		for p := range r.cpu {
-			procs[p] = true
-		}
+	runs := make([]benchutil.CPURun, len(results))
+	for i, r := range results {
+		runs[i] = benchutil.CPURun{Name: r.name, CPU: r.cpu, Pods: r.pods}
 	}
-	names := make([]string, 0, len(procs))
-	for p := range procs {
-		names = append(names, p)
-	}
-	sort.Strings(names)
-	sb.WriteString("\nCPU per pod while draining (ms; the scheduler under test from its /healthz answering ok; 2 cores give 2000 ms per second):\n\n| process |")
-	for _, r := range results {
-		sb.WriteString(" " + r.name + " |")
-	}
-	sb.WriteString("\n|---|" + strings.Repeat("---:|", len(results)) + "\n")
-	for _, p := range append(names, "total") {
-		fmt.Fprintf(&sb, "| %s |", p)
-		for _, r := range results {
-			v := r.cpu[p]
-			if p == "total" {
-				v = 0
-				for _, c := range r.cpu {
-					v += c
-				}
-			}
-			fmt.Fprintf(&sb, " %.2f |", v*1000/float64(r.pods))
-		}
-		sb.WriteString("\n")
-	}
+	sb.WriteString(benchutil.CPUTable("CPU per pod while draining (ms; the scheduler under test from its /healthz answering ok; 2 cores give 2000 ms per second):", runs))
 	return sb.String()
 }
 
@@ -332,7 +155,7 @@ func formatSummary(s settings, all map[string][]result) string {
 		filter, aligned := 0.0, 0.0
 		for _, r := range rs {
 			lo, hi = min(lo, r.rate()), max(hi, r.rate())
-			d, _ := histMean(r.metrics, "scheduler_plugin_execution_duration_seconds", `plugin="DynamicResources"`, `extension_point="Filter"`)
+			d, _ := benchutil.HistogramMean(r.metrics, "scheduler_plugin_execution_duration_seconds", `plugin="DynamicResources"`, `extension_point="Filter"`)
 			filter += us(d) / float64(len(rs))
 			aligned += r.aligned * 100 / float64(len(rs))
 		}
@@ -347,5 +170,4 @@ func formatSummary(s settings, all map[string][]result) string {
 	return sb.String()
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }

@@ -7,13 +7,10 @@ package dra
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,23 +20,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/dra"
 	"github.com/kube-neuron/kube-neuron/internal/lab"
-	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/test/bench/benchutil"
-	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
 )
 
 const (
-	benchNamespace = "bench"
-	runLabel       = "kube-neuron.io/bench-run"
-	requestName    = "neurons"
+	requestName = "neurons"
 
-	// stallTimeout fails a run when no pod was bound for this long.
-	stallTimeout = 2 * time.Minute
 	// fillLimit keeps every backlog at most this share of the fleet's capacity for its claim
 	// size, so that no pod stays pending because the fleet is full.
 	fillLimit = 0.75
@@ -160,58 +150,18 @@ type env struct {
 //	go test -tags e2e -run '^$' -bench DRASchedulingThroughput -benchtime 1x ./test/bench/dra/
 func BenchmarkDRASchedulingThroughput(b *testing.B) {
 	s := loadSettings(b)
-	binDir, err := framework.BinDir()
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("/tmp", "kn-bench-dra-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	logFile, err := os.Create(filepath.Join(dir, "bench-klog.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	klog.LogToStderr(false)
-	klog.SetOutput(logFile)
-	defer func() {
-		klog.Flush()
-		klog.LogToStderr(true)
-		_ = logFile.Close()
-	}()
-	ctx := klog.NewContext(context.Background(), klog.Background())
-
 	begin := time.Now()
+	l := benchutil.StartLab(b, "kn-bench-dra-", s.keep)
+	ctx, client, dir := l.Ctx, l.Client, l.Dir
 	f, err := buildFleet(ctx, dir, s.nodes)
 	if err != nil {
 		b.Fatal(err)
 	}
-	cp, err := lab.StartControlPlane(ctx, lab.ControlPlaneOptions{BinDir: binDir, Dir: dir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		if err := cp.Stop(); err != nil {
-			b.Errorf("stopping the control plane: %v", err)
-		}
-		if b.Failed() || s.keep {
-			fmt.Fprintf(os.Stderr, "bench: lab directory kept: %s (logs in %s/logs)\n", dir, dir)
-		} else {
-			_ = os.RemoveAll(dir)
-		}
-	}()
-	client, err := kubernetes.NewForConfig(cp.RESTConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := &env{s: s, cp: cp, client: client, fleet: f}
+	e := &env{s: s, cp: l.CP, client: client, fleet: f}
 	if err := f.createNodes(ctx, client); err != nil {
 		b.Fatal(err)
 	}
 	if err := createDeviceClass(ctx, client); err != nil {
-		b.Fatal(err)
-	}
-	if err := benchutil.CreateNamespace(ctx, client, benchNamespace); err != nil {
 		b.Fatal(err)
 	}
 	fmt.Fprintf(os.Stderr, "bench: control plane and %d %s nodes ready in %v (%s)\n", s.nodes, instanceType, time.Since(begin).Round(time.Millisecond), dir)
@@ -233,11 +183,11 @@ func BenchmarkDRASchedulingThroughput(b *testing.B) {
 			results[slices.IndexFunc(s.configs, func(x config) bool { return x.name == c.name })] = r
 			all[c.name] = append(all[c.name], r)
 		}
-		e.write(b, formatReport(s, i, results))
+		benchutil.WriteReport(b, s.out, formatReport(s, i, results))
 	}
 	b.StopTimer()
 	if b.N*s.rounds > 1 {
-		e.write(b, formatSummary(s, all))
+		benchutil.WriteReport(b, s.out, formatSummary(s, all))
 	}
 	for _, c := range s.configs {
 		b.ReportMetric(meanRate(all[c.name]), "pods/s-"+c.name)
@@ -247,22 +197,6 @@ func BenchmarkDRASchedulingThroughput(b *testing.B) {
 		}
 	}
 	b.ReportMetric(0, "ns/op") // the wall time of an iteration says nothing
-}
-
-// write prints a report and appends it to BENCH_OUT.
-func (e *env) write(b *testing.B, report string) {
-	fmt.Print(report)
-	if e.s.out == "" {
-		return
-	}
-	f, err := os.OpenFile(e.s.out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err == nil {
-		_, err = f.WriteString(report)
-		err = errors.Join(err, f.Close())
-	}
-	if err != nil {
-		b.Errorf("writing BENCH_OUT: %v", err)
-	}
 }
 
 // run publishes the configuration's slice layout, creates its claim template and backlog, waits
@@ -292,43 +226,38 @@ func (e *env) run(ctx context.Context, c config, iter int) (r result, err error)
 	if err := waitClaimsCreated(ctx, e.client, name, r.pods); err != nil {
 		return r, err
 	}
-	w, err := watchBindings(runCtx, e.client, name, r.pods)
+	w, err := benchutil.WatchBindings(runCtx, e.client, name, r.pods)
 	if err != nil {
 		return r, err
 	}
 
-	cpu0 := cpuSeconds(e.cp)
+	cpu0 := benchutil.CPUSeconds(e.cp)
 	start := time.Now()
 	if err := e.cp.StartScheduler(ctx, name, []byte("profiles:\n- schedulerName: "+name+"\n")); err != nil {
 		return r, err
 	}
 	defer func() {
-		if serr := stopProcess(e.cp, name); serr != nil && err == nil {
+		if serr := benchutil.StopProcess(e.cp, name); serr != nil && err == nil {
 			err = serr
 		}
 	}()
-	schedCPU0 := cpuSeconds(e.cp)[name] // its start-up left out: backlogs differ in size
-	first, last, err := w.wait(ctx, e.cp.LogPath(name))
+	schedCPU0 := benchutil.CPUSeconds(e.cp)[name] // its start-up left out: backlogs differ in size
+	first, last, err := w.Wait(ctx, e.cp.LogPath(name))
 	if err != nil {
 		return r, err
 	}
-	cpu1 := cpuSeconds(e.cp)
+	cpu1 := benchutil.CPUSeconds(e.cp)
 	r.wall, r.drain = last.Sub(start), last.Sub(first)
-	r.cpu = map[string]float64{}
-	for p, v := range cpu1 {
-		if p == name {
-			r.cpu[schedName] = v - schedCPU0
-			continue
-		}
-		r.cpu[p] = v - cpu0[p]
-	}
+	r.cpu = benchutil.CPUDelta(cpu1, cpu0)
+	delete(r.cpu, name)
+	r.cpu[schedName] = cpu1[name] - schedCPU0
 	if r.metrics, err = schedulerMetrics(ctx, e.cp, name); err != nil {
 		return r, fmt.Errorf("scraping the scheduler's /metrics: %w", err)
 	}
 	if r.aligned, r.nodesUsed, err = checkAllocations(ctx, e.client, e.fleet, name, c, r.pods); err != nil {
 		return r, err
 	}
-	if err := stopProcess(e.cp, name); err != nil {
+	if err := benchutil.StopProcess(e.cp, name); err != nil {
 		return r, err
 	}
 	cancel()
@@ -362,7 +291,7 @@ func claimSpec(c config) resourceapi.ResourceClaimSpec {
 
 // createClaimTemplate creates the configuration's ResourceClaimTemplate, named like the run.
 func createClaimTemplate(ctx context.Context, client kubernetes.Interface, name string, c config) error {
-	_, err := client.ResourceV1().ResourceClaimTemplates(benchNamespace).Create(ctx, &resourceapi.ResourceClaimTemplate{
+	_, err := client.ResourceV1().ResourceClaimTemplates(benchutil.Namespace).Create(ctx, &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: claimSpec(c)},
 	}, metav1.CreateOptions{})
@@ -370,29 +299,15 @@ func createClaimTemplate(ctx context.Context, client kubernetes.Interface, name 
 }
 
 // createPods creates the backlog: n pods for scheduler sched, each with a claim from the
-// template of the same name, the Neuron toleration and a tiny CPU request.
+// template of the same name and a tiny CPU request.
 func createPods(ctx context.Context, client kubernetes.Interface, sched string, n int) error {
 	cpu := resource.MustParse("10m")
-	return benchutil.Parallel(n, 8, func(i int) error {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%05d", sched, i), Namespace: benchNamespace, Labels: map[string]string{runLabel: sched}},
-			Spec: corev1.PodSpec{
-				SchedulerName:                 sched,
-				TerminationGracePeriodSeconds: ptr.To[int64](0),
-				Tolerations:                   []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpEqual, Value: labels.NeuronTaintValue, Effect: corev1.TaintEffectNoSchedule}},
-				ResourceClaims:                []corev1.PodResourceClaim{{Name: requestName, ResourceClaimTemplateName: ptr.To(sched)}},
-				Containers: []corev1.Container{{
-					Name:  "main",
-					Image: "registry.k8s.io/pause:3.10",
-					Resources: corev1.ResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceCPU: cpu},
-						Claims:   []corev1.ResourceClaim{{Name: requestName}},
-					},
-				}},
-			},
+	return benchutil.CreateBacklog(ctx, client, sched, n, func(pod *corev1.Pod) {
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: requestName, ResourceClaimTemplateName: ptr.To(sched)}}
+		pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: cpu},
+			Claims:   []corev1.ResourceClaim{{Name: requestName}},
 		}
-		_, err := client.CoreV1().Pods(benchNamespace).Create(ctx, pod, metav1.CreateOptions{})
-		return err
 	})
 }
 
@@ -402,11 +317,11 @@ func createPods(ctx context.Context, client kubernetes.Interface, sched string, 
 func waitClaimsCreated(ctx context.Context, client kubernetes.Interface, sched string, n int) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		pods, err := client.CoreV1().Pods(benchNamespace).List(ctx, metav1.ListOptions{LabelSelector: runLabel + "=" + sched})
+		pods, err := client.CoreV1().Pods(benchutil.Namespace).List(ctx, benchutil.RunPods(sched))
 		if err != nil {
 			return err
 		}
-		claims, err := client.ResourceV1().ResourceClaims(benchNamespace).List(ctx, metav1.ListOptions{})
+		claims, err := client.ResourceV1().ResourceClaims(benchutil.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
@@ -430,29 +345,24 @@ func waitClaimsCreated(ctx context.Context, client kubernetes.Interface, sched s
 // template, and waits until the pods and their claims are gone: the resourceclaim controller
 // deallocates and deletes the claims of deleted pods, so the next run starts on free devices.
 func cleanup(ctx context.Context, client kubernetes.Interface, sched string) error {
-	sel := metav1.ListOptions{LabelSelector: runLabel + "=" + sched}
-	if err := client.CoreV1().Pods(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, sel); err != nil {
-		return fmt.Errorf("deleting the pods of %s: %w", sched, err)
+	if err := benchutil.DeletePods(ctx, client, sched); err != nil {
+		return err
 	}
-	if err := client.ResourceV1().ResourceClaimTemplates(benchNamespace).Delete(ctx, sched, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := client.ResourceV1().ResourceClaimTemplates(benchutil.Namespace).Delete(ctx, sched, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting the claim template %s: %w", sched, err)
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		pods, perr := client.CoreV1().Pods(benchNamespace).List(ctx, sel)
-		claims, cerr := client.ResourceV1().ResourceClaims(benchNamespace).List(ctx, metav1.ListOptions{})
-		if perr == nil && cerr == nil && len(pods.Items) == 0 && len(claims.Items) == 0 {
+		claims, err := client.ResourceV1().ResourceClaims(benchutil.Namespace).List(ctx, metav1.ListOptions{})
+		if err == nil && len(claims.Items) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			np, nc := -1, -1
-			if perr == nil {
-				np = len(pods.Items)
+			left := -1
+			if err == nil {
+				left = len(claims.Items)
 			}
-			if cerr == nil {
-				nc = len(claims.Items)
-			}
-			return fmt.Errorf("the pods and claims of %s are not gone after 2 minutes (%d pods, %d claims left; %v)", sched, np, nc, errors.Join(perr, cerr))
+			return fmt.Errorf("the claims of %s are not gone after 2 minutes (%d left; %v)", sched, left, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -463,121 +373,110 @@ func cleanup(ctx context.Context, client kubernetes.Interface, sched string) err
 // devicegroup id. It returns the share of claims that got one aligned block (deviceIds
 // k*count..k*count+count-1) and the number of nodes used.
 func checkAllocations(ctx context.Context, client kubernetes.Interface, f *fleet, sched string, c config, want int) (aligned float64, nodesUsed int, err error) {
-	pods, err := client.CoreV1().Pods(benchNamespace).List(ctx, metav1.ListOptions{LabelSelector: runLabel + "=" + sched})
+	pods, err := client.CoreV1().Pods(benchutil.Namespace).List(ctx, benchutil.RunPods(sched))
 	if err != nil {
 		return 0, 0, err
 	}
-	claims, err := client.ResourceV1().ResourceClaims(benchNamespace).List(ctx, metav1.ListOptions{})
+	claims, err := client.ResourceV1().ResourceClaims(benchutil.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0, 0, err
 	}
-	byName := map[string]*resourceapi.ResourceClaim{}
+	a := &allocationCheck{f: f, c: c, byName: map[string]*resourceapi.ResourceClaim{}, owner: map[string]string{}, nodes: map[string]bool{},
+		group: resourceapi.QualifiedName(fmt.Sprintf("resource.aws.com/devicegroup%d_id", c.matchGroup))}
 	for i := range claims.Items {
-		byName[claims.Items[i].Name] = &claims.Items[i]
+		a.byName[claims.Items[i].Name] = &claims.Items[i]
 	}
-	group := resourceapi.QualifiedName(fmt.Sprintf("resource.aws.com/devicegroup%d_id", c.matchGroup))
-	owner := map[string]string{} // node/device -> claim
 	if c.fragmented {
 		for _, n := range f.nodes {
-			owner[n+"/"+dra.DeviceName(0)] = "the filler claim"
+			a.owner[n+"/"+dra.DeviceName(0)] = "the filler claim"
 		}
 	}
-	nodes := map[string]bool{}
-	var problems []string
-	nAligned := 0
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == "" {
-			problems = append(problems, p.Name+" not bound")
-			continue
-		}
-		nodes[p.Spec.NodeName] = true
-		if len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
-			problems = append(problems, p.Name+": no claim in its status")
-			continue
-		}
-		cl := byName[*p.Status.ResourceClaimStatuses[0].ResourceClaimName]
-		if cl == nil || cl.Status.Allocation == nil {
-			problems = append(problems, p.Name+": claim missing or not allocated")
-			continue
-		}
-		results := cl.Status.Allocation.Devices.Results
-		if len(results) != c.count {
-			problems = append(problems, fmt.Sprintf("%s: %d devices allocated, want %d", cl.Name, len(results), c.count))
-			continue
-		}
-		var ids []int
-		groups := map[string]bool{}
-		for _, res := range results {
-			if res.Driver != dra.DriverName || res.Pool != p.Spec.NodeName {
-				problems = append(problems, fmt.Sprintf("%s: device %s/%s/%s, want one of driver %s in pool %s", cl.Name, res.Driver, res.Pool, res.Device, dra.DriverName, p.Spec.NodeName))
-				continue
-			}
-			id, ok := dra.ParseDeviceName(res.Device)
-			if !ok {
-				problems = append(problems, fmt.Sprintf("%s: unexpected device %s", cl.Name, res.Device))
-				continue
-			}
-			ids = append(ids, id)
-			k := res.Pool + "/" + res.Device
-			if o, ok := owner[k]; ok {
-				problems = append(problems, fmt.Sprintf("device %s given to %s and %s", k, o, cl.Name))
-			}
-			owner[k] = cl.Name
-			if c.matchGroup > 0 {
-				groups[f.stringAttr(res.Pool, id, group)] = true
-			}
-		}
-		if c.matchGroup > 0 && len(groups) != 1 {
-			problems = append(problems, fmt.Sprintf("%s: devices %v span %d %s values", cl.Name, ids, len(groups), group))
-		}
-		slices.Sort(ids)
-		if len(ids) == c.count && ids[0]%c.count == 0 && ids[c.count-1] == ids[0]+c.count-1 {
-			nAligned++
-		}
+	for i := range pods.Items {
+		a.pod(&pods.Items[i])
 	}
 	if len(pods.Items) != want {
-		problems = append(problems, fmt.Sprintf("%d pods, want %d", len(pods.Items), want))
+		a.problems = append(a.problems, fmt.Sprintf("%d pods, want %d", len(pods.Items), want))
 	}
-	if len(problems) > 0 {
+	if len(a.problems) > 0 {
+		problems := a.problems
 		if len(problems) > 10 {
 			problems = append(problems[:10], fmt.Sprintf("... %d more", len(problems)-10))
 		}
-		return 0, 0, fmt.Errorf("%d problems with the allocations:\n  %s", len(problems), strings.Join(problems, "\n  "))
+		return 0, 0, fmt.Errorf("%d problems with the allocations:\n  %s", len(a.problems), strings.Join(problems, "\n  "))
 	}
-	return float64(nAligned) / float64(want), len(nodes), nil
+	return float64(a.aligned) / float64(want), len(a.nodes), nil
 }
 
-// stopProcess stops the control plane's process called name (a scheduler under test) by its
-// pid: SIGTERM, then SIGKILL after 5 s. It is a no-op when the process already exited.
-func stopProcess(cp *lab.ControlPlane, name string) error {
-	pid := pidOf(cp, name)
-	if pid == 0 {
-		return nil
+// allocationCheck is checkAllocations' state over the run's pods.
+type allocationCheck struct {
+	f        *fleet
+	c        config
+	group    resourceapi.QualifiedName
+	byName   map[string]*resourceapi.ResourceClaim
+	owner    map[string]string // node/device -> claim
+	nodes    map[string]bool
+	aligned  int
+	problems []string
+}
+
+// pod checks the claim of one pod.
+func (a *allocationCheck) pod(p *corev1.Pod) {
+	if p.Spec.NodeName == "" {
+		a.problems = append(a.problems, p.Name+" not bound")
+		return
 	}
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	deadline := time.Now().Add(5 * time.Second)
-	killed := false
-	for {
-		running := slices.ContainsFunc(cp.Processes(), func(s lab.State) bool { return s.PID == pid })
-		if !running {
-			return nil
+	a.nodes[p.Spec.NodeName] = true
+	if len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		a.problems = append(a.problems, p.Name+": no claim in its status")
+		return
+	}
+	cl := a.byName[*p.Status.ResourceClaimStatuses[0].ResourceClaimName]
+	if cl == nil || cl.Status.Allocation == nil {
+		a.problems = append(a.problems, p.Name+": claim missing or not allocated")
+		return
+	}
+	results := cl.Status.Allocation.Devices.Results
+	if len(results) != a.c.count {
+		a.problems = append(a.problems, fmt.Sprintf("%s: %d devices allocated, want %d", cl.Name, len(results), a.c.count))
+		return
+	}
+	var ids []int
+	groups := map[string]bool{}
+	for _, res := range results {
+		id, ok := a.device(cl.Name, p.Spec.NodeName, res)
+		if !ok {
+			continue
 		}
-		if time.Now().After(deadline) {
-			if killed {
-				return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", name, pid)
-			}
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			killed, deadline = true, time.Now().Add(10*time.Second)
+		ids = append(ids, id)
+		if a.c.matchGroup > 0 {
+			groups[a.f.stringAttr(res.Pool, id, a.group)] = true
 		}
-		time.Sleep(50 * time.Millisecond)
+	}
+	if a.c.matchGroup > 0 && len(groups) != 1 {
+		a.problems = append(a.problems, fmt.Sprintf("%s: devices %v span %d %s values", cl.Name, ids, len(groups), a.group))
+	}
+	slices.Sort(ids)
+	if len(ids) == a.c.count && ids[0]%a.c.count == 0 && ids[a.c.count-1] == ids[0]+a.c.count-1 {
+		a.aligned++
 	}
 }
 
-func pidOf(cp *lab.ControlPlane, name string) int {
-	for _, p := range cp.Processes() {
-		if p.Name == name {
-			return p.PID
-		}
+// device checks one device given to claim on node and returns its id; a device of another
+// driver or pool, or given to two claims, is a problem.
+func (a *allocationCheck) device(claim, node string, res resourceapi.DeviceRequestAllocationResult) (int, bool) {
+	if res.Driver != dra.DriverName || res.Pool != node {
+		a.problems = append(a.problems, fmt.Sprintf("%s: device %s/%s/%s, want one of driver %s in pool %s", claim, res.Driver, res.Pool, res.Device, dra.DriverName, node))
+		return 0, false
 	}
-	return 0
+	id, ok := dra.ParseDeviceName(res.Device)
+	if !ok {
+		a.problems = append(a.problems, fmt.Sprintf("%s: unexpected device %s", claim, res.Device))
+		return 0, false
+	}
+	k := res.Pool + "/" + res.Device
+	if o, ok := a.owner[k]; ok {
+		a.problems = append(a.problems, fmt.Sprintf("device %s given to %s and %s", k, o, claim))
+	}
+	a.owner[k] = claim
+	return id, true
 }

@@ -4,14 +4,8 @@ package scheduler
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"math"
 	"net"
 	"net/http"
-	"os"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,9 +13,6 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
-
-	"github.com/kube-neuron/kube-neuron/internal/lab"
-	"github.com/kube-neuron/kube-neuron/test/bench/benchutil"
 )
 
 // verbStats times the extender's HTTP verbs on the server side (handler entry to return,
@@ -225,77 +216,4 @@ func instrumentedClientConfig(cfg *rest.Config, qps int) (*rest.Config, *apiCoun
 	cfg.QPS, cfg.Burst = float32(qps), 2*qps
 	cfg.Wrap(counter.wrap)
 	return cfg, counter, limiter
-}
-
-// cpuSeconds returns the CPU time (user+system) of the control plane's processes by name and of
-// this test process ("bench (test process)"), from /proc.
-func cpuSeconds(cp *lab.ControlPlane) map[string]float64 {
-	out := map[string]float64{}
-	for _, p := range cp.Processes() {
-		if s, err := benchutil.ProcCPU(p.PID); err == nil {
-			out[p.Name] = s
-		}
-	}
-	if s, err := benchutil.ProcCPU(os.Getpid()); err == nil {
-		out[selfName] = s
-	}
-	return out
-}
-
-const selfName = "test process"
-
-// scrapeMetrics reads a Prometheus text exposition into "name{labels}" -> value.
-func scrapeMetrics(ctx context.Context, url string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return nil, fmt.Errorf("GET %s: %s %q", url, resp.Status, body)
-	}
-	return benchutil.ParseMetrics(resp.Body)
-}
-
-// histogramMean returns the mean and count of a histogram's observations in the scrape.
-func histogramMean(m map[string]float64, name string) (time.Duration, float64) {
-	n := m[name+"_count"]
-	if n == 0 {
-		return 0, 0
-	}
-	return time.Duration(m[name+"_sum"] / n * float64(time.Second)), n
-}
-
-// histogramQuantile bounds a quantile from cumulative buckets: "<= <upper bound of the bucket
-// that reaches it>", or "> <largest finite bound>".
-func histogramQuantile(m map[string]float64, name string, q float64) string {
-	type bucket struct{ le, n float64 }
-	var bs []bucket
-	prefix := name + `_bucket{le="`
-	for k, v := range m {
-		if !strings.HasPrefix(k, prefix) {
-			continue
-		}
-		le, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(k, prefix), `"}`), 64)
-		if err != nil || math.IsInf(le, 0) {
-			continue
-		}
-		bs = append(bs, bucket{le, v})
-	}
-	total := m[name+"_count"]
-	if total == 0 || len(bs) == 0 {
-		return "-"
-	}
-	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
-	for _, b := range bs {
-		if b.n >= q*total {
-			return "<= " + time.Duration(b.le*float64(time.Second)).String()
-		}
-	}
-	return "> " + time.Duration(bs[len(bs)-1].le*float64(time.Second)).String()
 }

@@ -17,20 +17,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
@@ -40,7 +35,6 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 	"github.com/kube-neuron/kube-neuron/test/bench/benchutil"
-	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
 )
 
 const (
@@ -51,12 +45,7 @@ const (
 	// scores spread the pods, so binds rarely wait for each other on one node).
 	kindOursNoPrio = "ours-noprio"
 
-	benchNamespace = "bench"
-	runLabel       = "kube-neuron.io/bench-run"
 	leaseNamespace = metav1.NamespaceSystem
-
-	// stallTimeout fails a run when no pod was bound for this long.
-	stallTimeout = 2 * time.Minute
 )
 
 type settings struct {
@@ -160,12 +149,7 @@ type result struct {
 }
 
 // rate is the drain rate: pods bound per second between the first and the last binding.
-func (r result) rate() float64 {
-	if r.drain <= 0 {
-		return 0
-	}
-	return float64(r.pods-1) / r.drain.Seconds()
-}
+func (r result) rate() float64 { return benchutil.Rate(r.pods, r.drain) }
 
 // BenchmarkSchedulingThroughput drains a backlog of pods through three kube-scheduler processes
 // in turn, on the same nodes: plain, with a do-nothing extender, with ours.
@@ -173,52 +157,11 @@ func (r result) rate() float64 {
 //	go test -tags e2e -run '^$' -bench SchedulingThroughput -benchtime 1x ./test/bench/scheduler/
 func BenchmarkSchedulingThroughput(b *testing.B) {
 	s := loadSettings(b)
-	binDir, err := framework.BinDir()
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("/tmp", "kn-bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	// The extender logs every bind: keep that cost, but in a file.
-	logFile, err := os.Create(filepath.Join(dir, "bench-klog.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	klog.LogToStderr(false)
-	klog.SetOutput(logFile)
-	defer func() {
-		klog.Flush()
-		klog.LogToStderr(true)
-		_ = logFile.Close()
-	}()
-	ctx := klog.NewContext(context.Background(), klog.Background())
-
 	begin := time.Now()
-	cp, err := lab.StartControlPlane(ctx, lab.ControlPlaneOptions{BinDir: binDir, Dir: dir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		if err := cp.Stop(); err != nil {
-			b.Errorf("stopping the control plane: %v", err)
-		}
-		if b.Failed() || s.keep {
-			fmt.Fprintf(os.Stderr, "bench: lab directory kept: %s (logs in %s/logs)\n", dir, dir)
-		} else {
-			_ = os.RemoveAll(dir)
-		}
-	}()
-	client, err := kubernetes.NewForConfig(cp.RESTConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := &env{s: s, cp: cp, client: client}
+	l := benchutil.StartLab(b, "kn-bench-", s.keep)
+	ctx, client, dir := l.Ctx, l.Client, l.Dir
+	e := &env{s: s, cp: l.CP, client: client}
 	if err := createNodes(ctx, client, s.nodes); err != nil {
-		b.Fatal(err)
-	}
-	if err := benchutil.CreateNamespace(ctx, client, benchNamespace); err != nil {
 		b.Fatal(err)
 	}
 	fmt.Fprintf(os.Stderr, "bench: control plane and %d nodes ready in %v (%s)\n", s.nodes, time.Since(begin).Round(time.Millisecond), dir)
@@ -240,18 +183,7 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 		for kind, rate := range meanRates(results) {
 			sums[kind] += rate
 		}
-		report := formatReport(s, results)
-		fmt.Print(report)
-		if s.out != "" {
-			f, err := os.OpenFile(s.out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-			if err == nil {
-				_, err = f.WriteString(report)
-				err = errors.Join(err, f.Close())
-			}
-			if err != nil {
-				b.Errorf("writing BENCH_OUT: %v", err)
-			}
-		}
+		benchutil.WriteReport(b, s.out, formatReport(s, results))
 	}
 	b.StopTimer()
 	n := float64(b.N)
@@ -280,99 +212,44 @@ func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
 	defer cancel()
 
 	// The extender (ours starts before the backlog exists, as a long-running one would).
-	var (
-		url     string
-		verbs   *verbStats
-		counter *apiCounter
-		limiter *timedLimiter
-	)
-	schedConfig := []byte("profiles:\n- schedulerName: " + name + "\n")
-	if kind != kindPlain {
-		cfg, c, l := instrumentedClientConfig(e.cp.RESTConfig(), e.s.extenderQPS)
-		counter, limiter, verbs = c, l, newVerbStats()
-		// Both extenders talk to the API server as the components do (kubeclient.New).
-		client, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
-		if err != nil {
-			return r, err
-		}
-		var h = nothingHandler(client)
-		if isOurs(kind) {
-			ext, err := extender.New(extender.Options{Client: client, LeaseNamespace: leaseNamespace})
-			if err != nil {
-				return r, err
-			}
-			if err := ext.Start(runCtx); err != nil {
-				return r, err
-			}
-			// As on SIGTERM: release the bind Leases, so that the next iteration's extender
-			// (a new holder) takes the nodes at once rather than after they expire.
-			defer func() {
-				sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
-				defer scancel()
-				ext.Shutdown(sctx)
-			}()
-			h = ext.Handler(runCtx)
-		}
-		if url, err = serveHTTP(runCtx, verbs.wrap(h)); err != nil {
-			return r, err
-		}
-		if schedConfig, err = withSchedulerName(lab.ExtenderSchedulerConfig(url), name, kind == kindOursNoPrio); err != nil {
-			return r, err
-		}
+	x, schedConfig, err := e.startExtender(ctx, runCtx, kind, name)
+	if x != nil && x.shutdown != nil {
+		defer x.shutdown()
+	}
+	if err != nil {
+		return r, err
 	}
 
 	// The backlog, then a watch that timestamps bindings.
 	if err := createPods(ctx, e.client, name, e.s.pods); err != nil {
 		return r, err
 	}
-	w, err := watchBindings(runCtx, e.client, name, e.s.pods)
+	w, err := benchutil.WatchBindings(runCtx, e.client, name, e.s.pods)
 	if err != nil {
 		return r, err
 	}
 
-	var verbs0 map[string]callStat
-	var api0 map[string]callStat
-	var limiter0 int64
-	if verbs != nil {
-		verbs0, api0, limiter0 = verbs.snapshot(), counter.snapshot(), limiter.waited.Load()
+	var x0 instruments
+	if x != nil {
+		x0 = x.snapshot()
 	}
-	if e.s.cpuProfile != "" && kind != kindPlain {
-		f, err := os.Create(cpuProfilePath(e.s.cpuProfile, kind))
-		if err != nil {
-			return r, err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			_ = f.Close()
-			return r, err
-		}
-		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	stopCPUProfile, err := e.startCPUProfile(kind)
+	if err != nil {
+		return r, err
 	}
-	cpu0 := cpuSeconds(e.cp)
+	defer stopCPUProfile()
+	cpu0 := benchutil.CPUSeconds(e.cp)
 	start := time.Now()
 	if err := e.cp.StartScheduler(ctx, name, schedConfig); err != nil {
 		return r, err
 	}
 	defer func() {
-		if serr := stopProcess(e.cp, name); serr != nil && err == nil {
+		if serr := benchutil.StopProcess(e.cp, name); serr != nil && err == nil {
 			err = serr
 		}
 	}()
-	var profiles []chan error
-	if e.s.apiProfiles != "" {
-		profiled := make(chan error, 1)
-		go func() {
-			profiled <- e.apiserverProfile(runCtx, filepath.Join(e.s.apiProfiles, "apiserver-"+kind+".prof"))
-		}()
-		profiles = append(profiles, profiled)
-	}
-	if e.s.schedProfiles != "" {
-		profiled := make(chan error, 1)
-		go func() {
-			profiled <- e.schedulerProfile(runCtx, name, filepath.Join(e.s.schedProfiles, "scheduler-"+kind+".prof"))
-		}()
-		profiles = append(profiles, profiled)
-	}
-	first, last, err := w.wait(ctx, e.cp.LogPath(name))
+	profiles := e.startProfiles(runCtx, kind, name)
+	first, last, err := w.Wait(ctx, e.cp.LogPath(name))
 	if err != nil {
 		return r, err
 	}
@@ -381,51 +258,153 @@ func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
 			return r, err
 		}
 	}
-	cpu1 := cpuSeconds(e.cp)
-	if e.s.cpuProfile != "" && kind != kindPlain {
-		pprof.StopCPUProfile()
-	}
+	cpu1 := benchutil.CPUSeconds(e.cp)
+	stopCPUProfile()
 	r.wall, r.drain = last.Sub(start), last.Sub(first)
-	r.nodeGap, r.active = w.shape()
-	r.cpu = map[string]float64{}
-	for p, v := range cpu1 {
-		if p == name {
-			p = "scheduler under test"
-			r.cpu[p] = v // since its start, startup included
-			continue
-		}
-		r.cpu[p] = v - cpu0[p]
-	}
-	if verbs != nil {
-		r.verbs = diffStats(verbs.snapshot(), verbs0)
-		r.api = diffStats(counter.snapshot(), api0)
-		r.limiter = time.Duration(limiter.waited.Load() - limiter0)
+	r.nodeGap, r.active = shape(w.Bindings())
+	r.cpu = benchutil.CPUDelta(cpu1, cpu0)
+	delete(r.cpu, name)
+	r.cpu["scheduler under test"] = cpu1[name] // since its start, startup included
+	if x != nil {
+		x.since(x0, &r)
 	}
 	if isOurs(kind) {
-		if r.metrics, err = scrapeMetrics(ctx, url+"/metrics"); err != nil {
+		if r.metrics, err = benchutil.Scrape(ctx, nil, x.url+"/metrics"); err != nil {
 			return r, err
 		}
 	}
-
-	pods, err := e.client.CoreV1().Pods(benchNamespace).List(ctx, metav1.ListOptions{LabelSelector: runLabel + "=" + name})
-	if err != nil {
+	if err := e.checkRun(ctx, name, &r); err != nil {
 		return r, err
+	}
+	if err := benchutil.StopProcess(e.cp, name); err != nil {
+		return r, err
+	}
+	cancel()
+	return r, benchutil.DeletePods(ctx, e.client, name)
+}
+
+// runExtender is a run's extender: the URL it serves, its instruments and, for ours, how to
+// shut it down.
+type runExtender struct {
+	url      string
+	verbs    *verbStats
+	counter  *apiCounter
+	limiter  *timedLimiter
+	shutdown func()
+}
+
+// instruments is a snapshot of an extender's instruments.
+type instruments struct {
+	verbs, api map[string]callStat
+	waited     int64
+}
+
+func (x *runExtender) snapshot() instruments {
+	return instruments{verbs: x.verbs.snapshot(), api: x.counter.snapshot(), waited: x.limiter.waited.Load()}
+}
+
+// since records in r what the instruments counted since x0.
+func (x *runExtender) since(x0 instruments, r *result) {
+	r.verbs = diffStats(x.verbs.snapshot(), x0.verbs)
+	r.api = diffStats(x.counter.snapshot(), x0.api)
+	r.limiter = time.Duration(x.limiter.waited.Load() - x0.waited)
+}
+
+// startExtender starts the kind's extender, none for plain, and returns the configuration of
+// the scheduler called name that calls it. Ours runs until runCtx ends; call shutdown, when
+// set, even on an error.
+func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*runExtender, []byte, error) {
+	schedConfig := []byte("profiles:\n- schedulerName: " + name + "\n")
+	if kind == kindPlain {
+		return nil, schedConfig, nil
+	}
+	cfg, counter, limiter := instrumentedClientConfig(e.cp.RESTConfig(), e.s.extenderQPS)
+	x := &runExtender{verbs: newVerbStats(), counter: counter, limiter: limiter}
+	// Both extenders talk to the API server as the components do (kubeclient.New).
+	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
+	if err != nil {
+		return x, nil, err
+	}
+	var h = nothingHandler(client)
+	if isOurs(kind) {
+		ext, err := extender.New(extender.Options{Client: client, LeaseNamespace: leaseNamespace})
+		if err != nil {
+			return x, nil, err
+		}
+		if err := ext.Start(runCtx); err != nil {
+			return x, nil, err
+		}
+		// As on SIGTERM: release the bind Leases, so that the next iteration's extender
+		// (a new holder) takes the nodes at once rather than after they expire.
+		x.shutdown = func() {
+			sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+			defer scancel()
+			ext.Shutdown(sctx)
+		}
+		h = ext.Handler(runCtx)
+	}
+	if x.url, err = serveHTTP(runCtx, x.verbs.wrap(h)); err != nil {
+		return x, nil, err
+	}
+	schedConfig, err = withSchedulerName(lab.ExtenderSchedulerConfig(x.url), name, kind == kindOursNoPrio)
+	return x, schedConfig, err
+}
+
+// startCPUProfile profiles the test process (which holds the extender) during an extender's
+// run when BENCH_CPUPROFILE is set; stop stops it, once, and may be called again.
+func (e *env) startCPUProfile(kind string) (stop func(), err error) {
+	if e.s.cpuProfile == "" || kind == kindPlain {
+		return func() {}, nil
+	}
+	f, err := os.Create(cpuProfilePath(e.s.cpuProfile, kind))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { pprof.StopCPUProfile(); _ = f.Close() }) }, nil
+}
+
+// startProfiles takes the CPU profiles of the kube-apiserver and of the scheduler under test
+// that BENCH_APISERVER_PROFILES and BENCH_SCHEDULER_PROFILES ask for; each channel gets the
+// outcome of one.
+func (e *env) startProfiles(ctx context.Context, kind, name string) []chan error {
+	var profiles []chan error
+	if e.s.apiProfiles != "" {
+		profiled := make(chan error, 1)
+		go func() {
+			profiled <- e.apiserverProfile(ctx, filepath.Join(e.s.apiProfiles, "apiserver-"+kind+".prof"))
+		}()
+		profiles = append(profiles, profiled)
+	}
+	if e.s.schedProfiles != "" {
+		profiled := make(chan error, 1)
+		go func() {
+			profiled <- e.schedulerProfile(ctx, name, filepath.Join(e.s.schedProfiles, "scheduler-"+kind+".prof"))
+		}()
+		profiles = append(profiles, profiled)
+	}
+	return profiles
+}
+
+// checkRun counts the nodes the run's pods were bound to and, for ours, checks their records.
+func (e *env) checkRun(ctx context.Context, name string, r *result) error {
+	pods, err := e.client.CoreV1().Pods(benchutil.Namespace).List(ctx, benchutil.RunPods(name))
+	if err != nil {
+		return err
 	}
 	nodes := map[string]bool{}
 	for _, p := range pods.Items {
 		nodes[p.Spec.NodeName] = true
 	}
 	r.nodesUsed = len(nodes)
-	if isOurs(kind) {
-		if err := checkRecords(pods.Items, e.s.pods); err != nil {
-			return r, err
-		}
+	if isOurs(r.kind) {
+		return checkRecords(pods.Items, e.s.pods)
 	}
-	if err := stopProcess(e.cp, name); err != nil {
-		return r, err
-	}
-	cancel()
-	return r, deletePods(ctx, e.client, name)
+	return nil
 }
 
 // apiserverProfile writes a CPU profile of the kube-apiserver taken from its /debug/pprof
@@ -507,206 +486,60 @@ func withSchedulerName(config []byte, name string, noPrioritize bool) ([]byte, e
 	return yaml.Marshal(m)
 }
 
-// stopProcess stops the control plane's process called name (a scheduler under test) by its
-// pid: SIGTERM, then SIGKILL after 5 s. It is a no-op when the process already exited.
-func stopProcess(cp *lab.ControlPlane, name string) error {
-	pid := 0
-	for _, p := range cp.Processes() {
-		if p.Name == name {
-			pid = p.PID
-		}
-	}
-	if pid == 0 {
-		return nil
-	}
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	deadline := time.Now().Add(5 * time.Second)
-	killed := false
-	for {
-		running := slices.ContainsFunc(cp.Processes(), func(s lab.State) bool { return s.PID == pid })
-		if !running {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			if killed {
-				return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", name, pid)
-			}
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			killed, deadline = true, time.Now().Add(10*time.Second)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // createNodes creates n plain Node objects, half trn1.32xlarge and half inf2.48xlarge, tainted
 // like the lab's Neuron nodes, Ready, with the device plugin's resources.
 func createNodes(ctx context.Context, client kubernetes.Interface, n int) error {
 	cat := topology.DefaultCatalog()
-	return benchutil.Parallel(n, 16, func(i int) error {
+	return benchutil.CreateNodes(ctx, client, n, func(i int) (benchutil.Node, error) {
 		typ := "trn1.32xlarge"
 		if i%2 == 1 {
 			typ = "inf2.48xlarge"
 		}
 		it, err := cat.Get(typ)
 		if err != nil {
-			return err
+			return benchutil.Node{}, err
 		}
 		devices := int64(it.Devices)
 		cores := devices * int64(it.PhysicalCoresPerDevice)
-		name := fmt.Sprintf("%s-%04d", strings.ReplaceAll(typ, ".", "-"), i)
-		capacity := corev1.ResourceList{
-			corev1.ResourceCPU:            resource.MustParse("128"),
-			corev1.ResourceMemory:         resource.MustParse("512Gi"),
-			corev1.ResourcePods:           resource.MustParse("110"),
-			topology.ResourceNeuron:       *resource.NewQuantity(devices, resource.DecimalSI),
-			topology.ResourceNeuronDevice: *resource.NewQuantity(devices, resource.DecimalSI),
-			topology.ResourceNeuronCore:   *resource.NewQuantity(cores, resource.DecimalSI),
-		}
-		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-				labels.InstanceType:   typ,
-				labels.InstanceFamily: it.Family,
-				labels.Hostname:       name,
-				labels.AllocationMode: labels.AllocationModeDevicePlugin,
-				"kubernetes.io/os":    "linux",
-				"kubernetes.io/arch":  "amd64",
-			}},
-			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: labels.NeuronTaintKey, Value: labels.NeuronTaintValue, Effect: corev1.TaintEffectNoSchedule}}},
-		}
-		created, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("creating node %s: %w", name, err)
-		}
-		now := metav1.Now()
-		created.Status = corev1.NodeStatus{
-			Capacity:    capacity,
-			Allocatable: capacity.DeepCopy(),
-			Conditions: []corev1.NodeCondition{{
-				Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-				Message: "fake node of the scheduler benchmark", LastHeartbeatTime: now, LastTransitionTime: now,
-			}},
-		}
-		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("setting the status of node %s: %w", name, err)
-		}
-		return nil
+		return benchutil.Node{
+			Name: fmt.Sprintf("%s-%04d", strings.ReplaceAll(typ, ".", "-"), i), InstanceType: typ, Family: it.Family,
+			Mode: labels.AllocationModeDevicePlugin, Why: "fake node of the scheduler benchmark",
+			Capacity: corev1.ResourceList{
+				corev1.ResourceCPU:            resource.MustParse("128"),
+				corev1.ResourceMemory:         resource.MustParse("512Gi"),
+				corev1.ResourcePods:           resource.MustParse("110"),
+				topology.ResourceNeuron:       *resource.NewQuantity(devices, resource.DecimalSI),
+				topology.ResourceNeuronDevice: *resource.NewQuantity(devices, resource.DecimalSI),
+				topology.ResourceNeuronCore:   *resource.NewQuantity(cores, resource.DecimalSI),
+			},
+		}, nil
 	})
 }
 
 // createPods creates the backlog: n pods for scheduler sched, each asking for one NeuronCore.
 func createPods(ctx context.Context, client kubernetes.Interface, sched string, n int) error {
 	one := resource.MustParse("1")
-	return benchutil.Parallel(n, 8, func(i int) error {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%05d", sched, i), Namespace: benchNamespace, Labels: map[string]string{runLabel: sched}},
-			Spec: corev1.PodSpec{
-				SchedulerName:                 sched,
-				TerminationGracePeriodSeconds: ptr.To[int64](0),
-				Tolerations:                   []corev1.Toleration{{Key: labels.NeuronTaintKey, Operator: corev1.TolerationOpEqual, Value: labels.NeuronTaintValue, Effect: corev1.TaintEffectNoSchedule}},
-				Containers: []corev1.Container{{
-					Name:  "main",
-					Image: "registry.k8s.io/pause:3.10",
-					Resources: corev1.ResourceRequirements{
-						Limits:   corev1.ResourceList{topology.ResourceNeuronCore: one},
-						Requests: corev1.ResourceList{topology.ResourceNeuronCore: one},
-					},
-				}},
-			},
+	return benchutil.CreateBacklog(ctx, client, sched, n, func(pod *corev1.Pod) {
+		pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+			Limits:   corev1.ResourceList{topology.ResourceNeuronCore: one},
+			Requests: corev1.ResourceList{topology.ResourceNeuronCore: one},
 		}
-		_, err := client.CoreV1().Pods(benchNamespace).Create(ctx, pod, metav1.CreateOptions{})
-		return err
 	})
-}
-
-// deletePods deletes the run's pods at once (no kubelet finishes a graceful deletion) and waits
-// until they are gone.
-func deletePods(ctx context.Context, client kubernetes.Interface, sched string) error {
-	sel := metav1.ListOptions{LabelSelector: runLabel + "=" + sched}
-	if err := client.CoreV1().Pods(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, sel); err != nil {
-		return fmt.Errorf("deleting the pods of %s: %w", sched, err)
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		l, err := client.CoreV1().Pods(benchNamespace).List(ctx, sel)
-		if err == nil && len(l.Items) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the pods of %s are not gone after 2 minutes (%d left, %v)", sched, len(l.Items), err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// bindWatch timestamps the first time each pod of a run is seen bound.
-type bindWatch struct {
-	want int
-	mu   sync.Mutex
-	seen map[string]binding
-	done chan struct{}
-	last time.Time // latest binding seen
-}
-
-type binding struct {
-	at   time.Time
-	node string
-}
-
-func watchBindings(ctx context.Context, client kubernetes.Interface, sched string, want int) (*bindWatch, error) {
-	w := &bindWatch{want: want, seen: map[string]binding{}, done: make(chan struct{})}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(benchNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = runLabel + "=" + sched }))
-	inf := factory.Core().V1().Pods().Informer()
-	observe := func(obj any) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok || pod.Spec.NodeName == "" {
-			return
-		}
-		now := time.Now()
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if _, ok := w.seen[pod.Name]; ok {
-			return
-		}
-		w.seen[pod.Name] = binding{at: now, node: pod.Spec.NodeName}
-		w.last = now
-		if len(w.seen) == w.want {
-			close(w.done)
-		}
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    observe,
-		UpdateFunc: func(_, obj any) { observe(obj) },
-	}); err != nil {
-		return nil, err
-	}
-	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("the %v cache of the binding watch did not sync", typ)
-		}
-	}
-	if n := len(inf.GetStore().List()); n != want {
-		return nil, fmt.Errorf("the backlog has %d pods, want %d", n, want)
-	}
-	return w, nil
 }
 
 // shape describes how bindings spread over nodes in time: the median gap between two bindings
 // to the same node (binds to one node are serialized by our extender), and the mean number of
 // nodes receiving bindings in a 250 ms window.
-func (w *bindWatch) shape() (gap time.Duration, active float64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+func shape(seen map[string]benchutil.Binding) (gap time.Duration, active float64) {
 	perNode := map[string][]time.Time{}
 	var first, last time.Time
-	for _, b := range w.seen {
-		perNode[b.node] = append(perNode[b.node], b.at)
-		if first.IsZero() || b.at.Before(first) {
-			first = b.at
+	for _, b := range seen {
+		perNode[b.Node] = append(perNode[b.Node], b.At)
+		if first.IsZero() || b.At.Before(first) {
+			first = b.At
 		}
-		if b.at.After(last) {
-			last = b.at
+		if b.At.After(last) {
+			last = b.At
 		}
 	}
 	var gaps []time.Duration
@@ -735,39 +568,6 @@ func (w *bindWatch) shape() (gap time.Duration, active float64) {
 		n += len(m)
 	}
 	return gap, float64(n) / float64(nw)
-}
-
-// wait returns the first and last binding time once every pod is bound; it fails when no pod
-// was bound for stallTimeout, with the tail of the scheduler's log.
-func (w *bindWatch) wait(ctx context.Context, schedLog string) (first, last time.Time, err error) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	progress, count := time.Now(), 0
-	for {
-		select {
-		case <-w.done:
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			for _, b := range w.seen {
-				if first.IsZero() || b.at.Before(first) {
-					first = b.at
-				}
-			}
-			return first, w.last, nil
-		case <-ctx.Done():
-			return first, last, ctx.Err()
-		case <-tick.C:
-			w.mu.Lock()
-			n := len(w.seen)
-			w.mu.Unlock()
-			if n != count {
-				progress, count = time.Now(), n
-			} else if time.Since(progress) > stallTimeout {
-				return first, last, fmt.Errorf("only %d of %d pods bound, none for %v; scheduler log %s:\n%s",
-					n, w.want, stallTimeout, schedLog, lab.LogTail(schedLog, 30))
-			}
-		}
-	}
 }
 
 // checkRecords checks our run: every pod bound with a record naming its node and asking what it
@@ -863,85 +663,28 @@ func formatReport(s settings, results []result) string {
 	}
 	sb.WriteString("\n")
 
-	// CPU per process, in ms per pod.
-	procs := map[string]bool{}
-	for _, r := range results {
-		for p := range r.cpu {
-			procs[p] = true
-		}
+	runs := make([]benchutil.CPURun, len(results))
+	for i, r := range results {
+		runs[i] = benchutil.CPURun{Name: r.kind, CPU: r.cpu, Pods: r.pods}
 	}
-	names := make([]string, 0, len(procs))
-	for p := range procs {
-		names = append(names, p)
-	}
-	sort.Strings(names)
-	sb.WriteString("\nCPU per pod while draining (ms; 2 cores give 2000 ms per second; the test process holds the extender and the binding watch):\n\n| process |")
-	for _, r := range results {
-		sb.WriteString(" " + r.kind + " |")
-	}
-	sb.WriteString("\n|---|" + strings.Repeat("---:|", len(results)) + "\n")
-	for _, p := range append(names, "total") {
-		fmt.Fprintf(&sb, "| %s |", p)
-		for _, r := range results {
-			v := r.cpu[p]
-			if p == "total" {
-				v = 0
-				for _, c := range r.cpu {
-					v += c
-				}
-			}
-			fmt.Fprintf(&sb, " %.2f |", v*1000/float64(r.pods))
-		}
-		sb.WriteString("\n")
-	}
+	sb.WriteString(benchutil.CPUTable("CPU per pod while draining (ms; 2 cores give 2000 ms per second; the test process holds the extender and the binding watch):", runs))
 	sb.WriteString("| total CPU / wall (cores busy) |")
 	for _, r := range results {
-		v := 0.0
-		for _, c := range r.cpu {
-			v += c
-		}
-		fmt.Fprintf(&sb, " %.2f |", v/r.wall.Seconds())
+		fmt.Fprintf(&sb, " %.2f |", benchutil.TotalCPU(r.cpu)/r.wall.Seconds())
 	}
 	sb.WriteString("\n")
 
-	// The extenders, per verb and per API request.
+	sb.WriteString(formatExtenders(byKind))
+	return sb.String()
+}
+
+// formatExtenders renders, for the extenders' last runs, where their time goes: per verb
+// (server side), per API request (client side) and, for ours, its own /metrics.
+func formatExtenders(byKind map[string]result) string {
+	var sb strings.Builder
 	for _, kind := range []string{kindNothing, kindOurs, kindOursNoPrio} {
-		r, ok := byKind[kind]
-		if !ok || r.verbs == nil {
-			continue
-		}
-		fmt.Fprintf(&sb, "\n%s extender (its last run), server side (handler time, JSON included):\n\n| verb | calls | calls/pod | mean ms | total s |\n|---|---:|---:|---:|---:|\n", kind)
-		for _, v := range []string{"filter", "prioritize", "bind"} {
-			c := r.verbs[v]
-			fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f | %.2f |\n", v, c.N, float64(c.N)/float64(r.pods), float64(c.mean().Microseconds())/1000, c.Total.Seconds())
-		}
-		fmt.Fprintf(&sb, "\n%s extender, API requests during the run (client side, rate-limiter wait total %.2f s):\n\n| request | count | per pod | mean ms |\n|---|---:|---:|---:|\n", kind, r.limiter.Seconds())
-		keys := make([]string, 0, len(r.api))
-		total := int64(0)
-		for k, c := range r.api {
-			keys = append(keys, k)
-			if !strings.HasPrefix(k, "watch ") {
-				total += c.N
-			}
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			c := r.api[k]
-			fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f |\n", k, c.N, float64(c.N)/float64(r.pods), float64(c.mean().Microseconds())/1000)
-		}
-		fmt.Fprintf(&sb, "| all | %d | %.2f | |\n", total, float64(total)/float64(r.pods))
-		// A bind's time: its API requests one after the other, the rest is waiting (for the
-		// node's lock, for the informer to show the node's previous decision) and CPU.
-		var apiTime time.Duration
-		for k, c := range r.api {
-			if !strings.HasPrefix(k, "watch ") && !strings.HasPrefix(k, "list ") {
-				apiTime += c.Total
-			}
-		}
-		if bind := r.verbs["bind"]; bind.N > 0 {
-			perBind := apiTime / time.Duration(bind.N)
-			fmt.Fprintf(&sb, "\n%s: a bind takes %.1f ms: %.1f ms in API requests, %.1f ms waiting (node lock, last decision in the cache) or computing\n",
-				kind, ms(bind.mean()), ms(perBind), ms(bind.mean()-perBind))
+		if r, ok := byKind[kind]; ok && r.verbs != nil {
+			sb.WriteString(formatExtenderCalls(kind, r))
 		}
 	}
 	for _, kind := range []string{kindOurs, kindOursNoPrio} {
@@ -949,18 +692,56 @@ func formatReport(s settings, results []result) string {
 		if !ok || r.metrics == nil {
 			continue
 		}
-		fm, fn := histogramMean(r.metrics, "neuron_scheduler_extender_filter_duration_seconds")
-		bm, bn := histogramMean(r.metrics, "neuron_scheduler_extender_bind_duration_seconds")
+		fm, fn := benchutil.HistogramMean(r.metrics, "neuron_scheduler_extender_filter_duration_seconds")
+		bm, bn := benchutil.HistogramMean(r.metrics, "neuron_scheduler_extender_bind_duration_seconds")
 		fmt.Fprintf(&sb, "\n%s, from its /metrics: filter %.0f calls, mean %.2f ms (p50 %s, p99 %s); bind %.0f calls, mean %.2f ms (p50 %s, p99 %s); bind retries %.0f\n",
 			kind, fn, float64(fm.Microseconds())/1000,
-			histogramQuantile(r.metrics, "neuron_scheduler_extender_filter_duration_seconds", 0.5),
-			histogramQuantile(r.metrics, "neuron_scheduler_extender_filter_duration_seconds", 0.99),
+			benchutil.HistogramQuantile(r.metrics, "neuron_scheduler_extender_filter_duration_seconds", 0.5),
+			benchutil.HistogramQuantile(r.metrics, "neuron_scheduler_extender_filter_duration_seconds", 0.99),
 			bn, float64(bm.Microseconds())/1000,
-			histogramQuantile(r.metrics, "neuron_scheduler_extender_bind_duration_seconds", 0.5),
-			histogramQuantile(r.metrics, "neuron_scheduler_extender_bind_duration_seconds", 0.99),
+			benchutil.HistogramQuantile(r.metrics, "neuron_scheduler_extender_bind_duration_seconds", 0.5),
+			benchutil.HistogramQuantile(r.metrics, "neuron_scheduler_extender_bind_duration_seconds", 0.99),
 			r.metrics["neuron_scheduler_extender_bind_retries_total"])
 	}
 	return sb.String()
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+// formatExtenderCalls renders an extender's calls: per verb, per API request, and what a
+// bind's time is made of.
+func formatExtenderCalls(kind string, r result) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n%s extender (its last run), server side (handler time, JSON included):\n\n| verb | calls | calls/pod | mean ms | total s |\n|---|---:|---:|---:|---:|\n", kind)
+	for _, v := range []string{"filter", "prioritize", "bind"} {
+		c := r.verbs[v]
+		fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f | %.2f |\n", v, c.N, float64(c.N)/float64(r.pods), float64(c.mean().Microseconds())/1000, c.Total.Seconds())
+	}
+	fmt.Fprintf(&sb, "\n%s extender, API requests during the run (client side, rate-limiter wait total %.2f s):\n\n| request | count | per pod | mean ms |\n|---|---:|---:|---:|\n", kind, r.limiter.Seconds())
+	keys := make([]string, 0, len(r.api))
+	total := int64(0)
+	for k, c := range r.api {
+		keys = append(keys, k)
+		if !strings.HasPrefix(k, "watch ") {
+			total += c.N
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		c := r.api[k]
+		fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f |\n", k, c.N, float64(c.N)/float64(r.pods), float64(c.mean().Microseconds())/1000)
+	}
+	fmt.Fprintf(&sb, "| all | %d | %.2f | |\n", total, float64(total)/float64(r.pods))
+	// A bind's time: its API requests one after the other, the rest is waiting (for the
+	// node's lock, for the informer to show the node's previous decision) and CPU.
+	var apiTime time.Duration
+	for k, c := range r.api {
+		if !strings.HasPrefix(k, "watch ") && !strings.HasPrefix(k, "list ") {
+			apiTime += c.Total
+		}
+	}
+	if bind := r.verbs["bind"]; bind.N > 0 {
+		perBind := apiTime / time.Duration(bind.N)
+		fmt.Fprintf(&sb, "\n%s: a bind takes %.1f ms: %.1f ms in API requests, %.1f ms waiting (node lock, last decision in the cache) or computing\n",
+			kind, benchutil.Millis(bind.mean()), benchutil.Millis(perBind), benchutil.Millis(bind.mean()-perBind))
+	}
+	return sb.String()
+}

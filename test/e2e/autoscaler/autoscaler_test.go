@@ -28,10 +28,10 @@ import (
 // scaleDownAfter is short so that each test ends with the fleet empty again.
 const scaleDownAfter = "--scale-down-after=3s"
 
-// setup (re)starts the autoscaler with the test's arguments, makes sure the device plugin
-// DaemonSet object exists (no DaemonSet controller runs in the lab, so it has no pods, as on a
-// cluster without Neuron nodes), and at the end deletes the test's pods and waits until the
-// autoscaler removed every node it launched.
+// setup (re)starts the autoscaler with the test's arguments and its metrics on a free port
+// (waitRounds reads them), makes sure the device plugin DaemonSet object exists (no DaemonSet
+// controller runs in the lab, so it has no pods, as on a cluster without Neuron nodes), and at
+// the end deletes the test's pods and waits until the autoscaler removed every node it launched.
 func setup(t *testing.T) (context.Context, string) {
 	t.Helper()
 	ctx := framework.Context(t)
@@ -39,9 +39,11 @@ func setup(t *testing.T) (context.Context, string) {
 	if err := framework.L.StopAutoscaler(); err != nil {
 		t.Fatal(err)
 	}
-	if err := framework.L.StartAutoscaler(scaleDownAfter); err != nil {
+	addr := freeAddress(t)
+	if err := framework.L.StartAutoscaler(scaleDownAfter, "--metrics-address="+addr); err != nil {
 		t.Fatal(err)
 	}
+	metricsURL = "http://" + addr + "/metrics"
 	ns := framework.CreateNamespace(t, ctx)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -175,7 +177,7 @@ func TestInvalidPodsGetEventsAndNoNode(t *testing.T) {
 	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", autoscaler.ReasonNotTriggerScaleUp, "1, 4, 8 or 16 devices, not 7")
 	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", autoscaler.ReasonNotTriggerScaleUp, "inf1.24xlarge")
 	waitEvent(t, ctx, ns, "invalid-seven-devices-trn1", autoscaler.ReasonNotTriggerScaleUp, "inf2.48xlarge")
-	time.Sleep(3 * time.Second) // two more batch windows
+	waitRounds(t, ctx)
 	if nodes := launched(t, ctx); len(nodes) != 0 {
 		t.Errorf("nodes launched for pods that cannot run: %v", names(nodes))
 	}
@@ -291,9 +293,11 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 		}
 		return n == len(pods), fmt.Sprintf("%d of %d unschedulable", n, len(pods)), nil
 	})
-	if err := framework.L.StartAutoscaler(scaleDownAfter); err != nil {
+	addr := freeAddress(t)
+	if err := framework.L.StartAutoscaler(scaleDownAfter, "--metrics-address="+addr); err != nil {
 		t.Fatal(err)
 	}
+	metricsURL = "http://" + addr + "/metrics"
 	for _, p := range pods {
 		framework.WaitForPod(t, ctx, ns, p.Name, corev1.PodRunning, 3*time.Minute)
 	}
@@ -420,9 +424,11 @@ func TestRestartLaunchesNothingTwice(t *testing.T) {
 	if err := framework.L.StopAutoscaler(); err != nil {
 		t.Fatal(err)
 	}
-	if err := framework.L.StartAutoscaler(scaleDownAfter); err != nil {
+	addr := freeAddress(t)
+	if err := framework.L.StartAutoscaler(scaleDownAfter, "--metrics-address="+addr); err != nil {
 		t.Fatal(err)
 	}
+	metricsURL = "http://" + addr + "/metrics"
 	for _, p := range pods {
 		framework.WaitForPod(t, ctx, ns, p.Name, corev1.PodRunning, 3*time.Minute)
 	}

@@ -40,7 +40,7 @@ func TestDRASelectorsLaunchOnlyNodesThatServe(t *testing.T) {
 	framework.Apply(t, ctx, "examples/dra/driver-version-missing.yaml", ns)
 	waitEvent(t, ctx, ns, "pod-driver-version-missing", autoscaler.ReasonNotTriggerScaleUp, "neuronDriverVersion 2.26.5.0")
 	waitEvent(t, ctx, ns, "pod-driver-version-missing", autoscaler.ReasonNotTriggerScaleUp, "Change the claim's selectors")
-	time.Sleep(3 * time.Second) // two more batch windows
+	waitRounds(t, ctx)
 	if after := names(launched(t, ctx)); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Errorf("nodes launched for a claim no new node can satisfy: before %v, after %v", before, after)
 	}

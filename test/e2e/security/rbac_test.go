@@ -95,7 +95,6 @@ type auditEvent struct {
 func TestRBACIsLeastPrivilege(t *testing.T) {
 	ctx := framework.Context(t)
 	runFlows(t, ctx)
-	time.Sleep(2 * time.Second) // the calls that follow the deletions (unprepare, forgetting pods)
 
 	calls := readAudit(t, framework.L.ControlPlane().AuditLogPath())
 	roles := chartRoles(t)
@@ -309,6 +308,13 @@ func runFlows(t *testing.T, ctx context.Context) {
 	waitEvent(t, ctx, ns, "trn1-seven-devices", "UnsupportedNeuronRequest")
 	// Deleting the pods: the extender and the device plugin forget them, the DRA driver
 	// unprepares its claim, the autoscaler cordons and removes its node.
+	claims, err := c.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) == 0 {
+		t.Fatal("the DRA pod has no ResourceClaim")
+	}
 	if err := c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -319,6 +325,32 @@ func runFlows(t *testing.T, ctx context.Context) {
 		}
 		return len(list.Items) == 0, fmt.Sprintf("%d launched nodes", len(list.Items)), nil
 	})
+	framework.WaitFor(t, ctx, time.Minute, "the pods to be gone and the DRA driver to unprepare their claims", func(ctx context.Context) (bool, string, error) {
+		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if len(pods.Items) > 0 {
+			return false, fmt.Sprintf("%d pods left", len(pods.Items)), nil
+		}
+		for _, cl := range claims.Items {
+			if specs := cdiSpecsOf(string(cl.UID)); len(specs) > 0 {
+				return false, fmt.Sprintf("CDI specs of claim %s left: %v", cl.Name, specs), nil
+			}
+		}
+		return true, "", nil
+	})
+}
+
+// cdiSpecsOf returns the CDI spec files of a claim on every simulated node: the DRA driver
+// removes them when the simulated kubelet unprepares the claim.
+func cdiSpecsOf(uid string) []string {
+	var out []string
+	for _, n := range framework.L.Simulator().Nodes() {
+		matches, _ := filepath.Glob(filepath.Join(n.CDIDir(), "*"+uid+"*"))
+		out = append(out, matches...)
+	}
+	return out
 }
 
 func waitEvent(t *testing.T, ctx context.Context, ns, pod, reason string) {
