@@ -18,6 +18,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 )
 
 // newClock returns a fake clock for Options.Now: time moves only when the test steps it.
@@ -156,7 +157,7 @@ func TestHolderBindsWithoutWritingTheLease(t *testing.T) {
 	r, _, client, writes := replicas(t, 1, clk)
 	ctx := context.Background()
 	for i := range 4 {
-		p := createPod(t, ctx, client, testPod("p"+strconv.Itoa(i)).neuron(1).obj())
+		p := createPod(t, ctx, client, testkit.MakePod().Name("p"+strconv.Itoa(i)).Neuron(1).Obj())
 		if err := r[0].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +166,7 @@ func TestHolderBindsWithoutWritingTheLease(t *testing.T) {
 		t.Errorf("4 binds wrote the Lease %d times, want 1 (creating it, held)", n)
 	}
 	clk.Step(ownWindow + time.Millisecond)
-	p := createPod(t, ctx, client, testPod("later").neuron(1).obj())
+	p := createPod(t, ctx, client, testkit.MakePod().Name("later").Neuron(1).Obj())
 	if err := r[0].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func TestHandoverBetweenReplicas(t *testing.T) {
 	ctx := context.Background()
 	var pods []string
 	for i := range 4 {
-		p := createPod(t, ctx, client, testPod("p"+strconv.Itoa(i)).neuron(4).obj())
+		p := createPod(t, ctx, client, testkit.MakePod().Name("p"+strconv.Itoa(i)).Neuron(4).Obj())
 		pods = append(pods, p.Name)
 		// Alternate replicas: every bind is a handover.
 		if err := r[i%2].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err != nil {
@@ -223,7 +224,7 @@ func TestConcurrentBindsFromTwoReplicas(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		p := createPod(t, ctx, client, testPod("c"+strconv.Itoa(i)).neuron(1).obj())
+		p := createPod(t, ctx, client, testkit.MakePod().Name("c"+strconv.Itoa(i)).Neuron(1).Obj())
 		wg.Go(func() { errs[i] = r[i%2].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty") })
 	}
 	wg.Wait()
@@ -250,12 +251,12 @@ func TestTakeoverAfterExpiry(t *testing.T) {
 	clk := newClock()
 	r, cancels, client, _ := replicas(t, 2, clk)
 	ctx := context.Background()
-	p := createPod(t, ctx, client, testPod("first").neuron(8).obj())
+	p := createPod(t, ctx, client, testkit.MakePod().Name("first").Neuron(8).Obj())
 	if err := r[0].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
 	cancels[0]() // r0 crashes while holding the Lease
-	q := createPod(t, ctx, client, testPod("second").neuron(8).obj())
+	q := createPod(t, ctx, client, testkit.MakePod().Name("second").Neuron(8).Obj())
 	done := make(chan error, 1)
 	go func() { done <- r[1].Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty") }()
 	// r1 asks r0 for the Lease only once it has judged the Lease not expired; the clock stands
@@ -295,7 +296,7 @@ func TestShutdownReleases(t *testing.T) {
 	clk := newClock()
 	r, _, client, _ := replicas(t, 2, clk)
 	ctx := context.Background()
-	p := createPod(t, ctx, client, testPod("first").neuron(4).obj())
+	p := createPod(t, ctx, client, testkit.MakePod().Name("first").Neuron(4).Obj())
 	if err := r[0].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +304,7 @@ func TestShutdownReleases(t *testing.T) {
 	if h := holderOn(t, client, "trn-empty"); h != "" {
 		t.Fatalf("holder %q after shutdown, want none", h)
 	}
-	q := createPod(t, ctx, client, testPod("second").neuron(4).obj())
+	q := createPod(t, ctx, client, testkit.MakePod().Name("second").Neuron(4).Obj())
 	if err := r[1].Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil { // the clock does not move: no expiry
 		t.Fatal(err)
 	}
@@ -318,7 +319,7 @@ func TestLateDecisionIsNotPosted(t *testing.T) {
 	clk := newClock()
 	r, _, client, _ := replicas(t, 1, clk)
 	ctx := context.Background()
-	p := createPod(t, ctx, client, testPod("late").neuron(4).obj())
+	p := createPod(t, ctx, client, testkit.MakePod().Name("late").Neuron(4).Obj())
 	post, err := r[0].decide(ctx, p.Namespace, p.Name, p.UID, "trn-empty")
 	if err != nil {
 		t.Fatal(err)
