@@ -41,18 +41,29 @@ import (
 func cluster() []runtime.Object {
 	done := testkit.MakePod().Name("done").Neuron(12).Record(recordOn("inf-empty", seqInts(0, 12)...)).AllocTime(1).Obj()
 	done.Status.Phase = corev1.PodSucceeded
-	return []runtime.Object{
+	objs := []runtime.Object{}
+	for _, n := range clusterNodes() {
+		objs = append(objs, n.DeepCopy())
+	}
+	return append(objs,
+		testkit.MakePod().Name("holder-partly").Neuron(4).Record(recordOn("trn-partly", 0, 1, 2, 3)).AllocTime(1).Obj(),
+		testkit.MakePod().Name("holder-full").Neuron(16).Record(recordOn("trn-full", seqInts(0, 16)...)).AllocTime(1).Obj(),
+		done,
+	)
+}
+
+// clusterNodes are cluster's nodes, built once: testkit's InstanceType parses the catalog for
+// every node, which takes milliseconds under -race, and most tests start from cluster.
+var clusterNodes = sync.OnceValue(func() []*corev1.Node {
+	return []*corev1.Node{
 		testkit.MakeNode().Name("trn-empty").InstanceType(trn1).Obj(),
 		testkit.MakeNode().Name("trn-partly").InstanceType(trn1).Obj(),
 		testkit.MakeNode().Name("trn-full").InstanceType(trn1).Obj(),
 		testkit.MakeNode().Name("inf-empty").InstanceType(inf2).Obj(),
 		testkit.MakeNode().Name("trn-dra").InstanceType(trn1).DRA().Obj(),
 		testkit.MakeNode().Name("cpu").InstanceType("m5.large").Obj(),
-		testkit.MakePod().Name("holder-partly").Neuron(4).Record(recordOn("trn-partly", 0, 1, 2, 3)).AllocTime(1).Obj(),
-		testkit.MakePod().Name("holder-full").Neuron(16).Record(recordOn("trn-full", seqInts(0, 16)...)).AllocTime(1).Obj(),
-		done,
 	}
-}
+})
 
 var allNodes = []string{"trn-empty", "trn-partly", "trn-full", "inf-empty", "trn-dra", "cpu"}
 
