@@ -22,6 +22,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 )
 
 var benchSizes = []int{1000, 5000}
@@ -38,9 +39,9 @@ func benchFleet(n int) (objs []runtime.Object, names []string, free []int) {
 		if i%2 == 1 {
 			typ, slots = inf2, 3
 		}
-		objs = append(objs, testNode(name).instanceType(typ).obj())
+		objs = append(objs, testkit.MakeNode().Name(name).InstanceType(typ).Obj())
 		if (i/2)%2 == 0 {
-			objs = append(objs, testPod("holder-"+name).neuron(4).record(name, 0, 1, 2, 3).obj())
+			objs = append(objs, testkit.MakePod().Name("holder-"+name).Neuron(4).Record(recordOn(name, 0, 1, 2, 3)).AllocTime(1).Obj())
 			slots--
 		}
 		free = append(free, slots)
@@ -61,14 +62,14 @@ func BenchmarkFilter(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				objs, names, _ := benchFleet(n)
 				e, _, ctx := startQuietExtender(b, true, objs...)
-				pod := testPod("p").neuron(4).obj()
+				pod := testkit.MakePod().Name("p").Neuron(4).Obj()
 				if passed, failed, unresolvable := e.Filter(ctx, pod, names); len(passed) != n {
 					b.Fatalf("%d of %d nodes passed (failed %d, unresolvable %d)", len(passed), n, len(failed), len(unresolvable))
 				}
 				b.ReportAllocs()
 				for b.Loop() {
 					if !warm {
-						e.placements.reset()
+						e.scores.placements.reset()
 					}
 					e.Filter(ctx, pod, names)
 				}
@@ -83,7 +84,7 @@ func BenchmarkPrioritize(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			objs, names, _ := benchFleet(n)
 			e, _, ctx := startQuietExtender(b, true, objs...)
-			pod := testPod("p").neuron(4).obj()
+			pod := testkit.MakePod().Name("p").Neuron(4).Obj()
 			if scores := e.Prioritize(ctx, pod, names); scores[0] <= scores[2] {
 				b.Fatalf("the partly used %s scores %d, the empty %s %d", names[0], scores[0], names[2], scores[2])
 			}
@@ -123,7 +124,7 @@ func benchBind(b *testing.B, n int, newClient func(...runtime.Object) *fake.Clie
 	objs, names, free := benchFleet(n)
 	pods := make([]*corev1.Pod, b.N)
 	for i := range pods {
-		pods[i] = testPod(fmt.Sprintf("bench-%d", i)).neuron(4).obj()
+		pods[i] = testkit.MakePod().Name(fmt.Sprintf("bench-%d", i)).Neuron(4).Obj()
 		objs = append(objs, pods[i])
 	}
 	e, client, ctx := startExtenderWith(b, klog.NewContext(context.Background(), logr.Discard()), newClient(objs...), true)
@@ -133,22 +134,14 @@ func benchBind(b *testing.B, n int, newClient func(...runtime.Object) *fake.Clie
 
 	// catchUp waits until the informer has seen the last write of the benchmark.
 	catchUp := func(last *corev1.Pod, deleted bool) {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		waitEvery(b, 100*time.Microsecond, 30*time.Second, "the informer to see pod "+last.Name, func() bool {
 			obj, ok, _ := e.pods.GetStore().GetByKey(last.Namespace + "/" + last.Name)
-			if deleted && !ok {
-				return
+			if deleted || !ok {
+				return deleted && !ok
 			}
-			if !deleted && ok {
-				if r, _ := allocation.RecordOf(obj.(*corev1.Pod)); r != nil {
-					return
-				}
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("the informer did not see pod %s", last.Name)
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
+			r, _ := allocation.RecordOf(obj.(*corev1.Pod))
+			return r != nil
+		})
 	}
 	recycle := func() {
 		for i, p := range bound {
@@ -260,7 +253,7 @@ func BenchmarkSchedulingCycle(b *testing.B) {
 // schedulerPod is a one-core pod as the kube-scheduler sends it: defaulted by the API server,
 // with the service account volume and the default tolerations.
 func schedulerPod() *corev1.Pod {
-	pod := testPod("bench-00042").neuronCores(1).obj()
+	pod := testkit.MakePod().Name("bench-00042").NeuronCores(1).Obj()
 	pod.UID, pod.ResourceVersion, pod.CreationTimestamp = "5f0c6a4e-3a52-4d2f-9a53-8f1e2d3c4b5a", "123456", metav1.Now()
 	pod.Labels = map[string]string{"kube-neuron.io/bench-run": "ours"}
 	pod.Spec.SchedulerName, pod.Spec.RestartPolicy, pod.Spec.DNSPolicy = "my-scheduler", corev1.RestartPolicyAlways, corev1.DNSClusterFirst

@@ -19,12 +19,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -37,20 +39,31 @@ import (
 //	trn-dra     trn1.32xlarge served by the DRA driver
 //	cpu         m5.large, no Neuron devices
 func cluster() []runtime.Object {
-	done := testPod("done").neuron(12).record("inf-empty", seqInts(0, 12)...).obj()
+	done := testkit.MakePod().Name("done").Neuron(12).Record(recordOn("inf-empty", seqInts(0, 12)...)).AllocTime(1).Obj()
 	done.Status.Phase = corev1.PodSucceeded
-	return []runtime.Object{
-		testNode("trn-empty").instanceType(trn1).obj(),
-		testNode("trn-partly").instanceType(trn1).obj(),
-		testNode("trn-full").instanceType(trn1).obj(),
-		testNode("inf-empty").instanceType(inf2).obj(),
-		testNode("trn-dra").instanceType(trn1).dra().obj(),
-		testNode("cpu").instanceType("m5.large").obj(),
-		testPod("holder-partly").neuron(4).record("trn-partly", 0, 1, 2, 3).obj(),
-		testPod("holder-full").neuron(16).record("trn-full", seqInts(0, 16)...).obj(),
-		done,
+	objs := []runtime.Object{}
+	for _, n := range clusterNodes() {
+		objs = append(objs, n.DeepCopy())
 	}
+	return append(objs,
+		testkit.MakePod().Name("holder-partly").Neuron(4).Record(recordOn("trn-partly", 0, 1, 2, 3)).AllocTime(1).Obj(),
+		testkit.MakePod().Name("holder-full").Neuron(16).Record(recordOn("trn-full", seqInts(0, 16)...)).AllocTime(1).Obj(),
+		done,
+	)
 }
+
+// clusterNodes are cluster's nodes, built once: testkit's InstanceType parses the catalog for
+// every node, which takes milliseconds under -race, and most tests start from cluster.
+var clusterNodes = sync.OnceValue(func() []*corev1.Node {
+	return []*corev1.Node{
+		testkit.MakeNode().Name("trn-empty").InstanceType(trn1).Obj(),
+		testkit.MakeNode().Name("trn-partly").InstanceType(trn1).Obj(),
+		testkit.MakeNode().Name("trn-full").InstanceType(trn1).Obj(),
+		testkit.MakeNode().Name("inf-empty").InstanceType(inf2).Obj(),
+		testkit.MakeNode().Name("trn-dra").InstanceType(trn1).DRA().Obj(),
+		testkit.MakeNode().Name("cpu").InstanceType("m5.large").Obj(),
+	}
+})
 
 var allNodes = []string{"trn-empty", "trn-partly", "trn-full", "inf-empty", "trn-dra", "cpu"}
 
@@ -74,7 +87,7 @@ func TestFilter(t *testing.T) {
 	}{
 		{
 			name:   "4 devices",
-			pod:    testPod("p").neuron(4).obj(),
+			pod:    testkit.MakePod().Name("p").Neuron(4).Obj(),
 			nodes:  append(slices.Clone(allNodes), "ghost"),
 			passed: []string{"trn-empty", "trn-partly", "inf-empty"},
 			failed: map[string]string{"trn-full": "no free valid set of 4 devices on this trn1.32xlarge node (free devices: none)"},
@@ -86,7 +99,7 @@ func TestFilter(t *testing.T) {
 		},
 		{
 			name:   "7 devices: unsupported on trn1, fine on the inf2 ring",
-			pod:    testPod("p").neuron(7).obj(),
+			pod:    testkit.MakePod().Name("p").Neuron(7).Obj(),
 			nodes:  []string{"trn-empty", "trn-partly", "trn-full", "inf-empty"},
 			passed: []string{"inf-empty"},
 			failed: map[string]string{},
@@ -98,7 +111,7 @@ func TestFilter(t *testing.T) {
 		},
 		{
 			name:         "no Neuron request passes every node",
-			pod:          testPod("p").container("main", "", 0).obj(),
+			pod:          testkit.MakePod().Name("p").Container("main", "", 0).Obj(),
 			nodes:        allNodes,
 			passed:       allNodes,
 			failed:       map[string]string{},
@@ -107,7 +120,7 @@ func TestFilter(t *testing.T) {
 		{
 			// 13 cores span 7 devices: a valid set on the inf2 ring, never on the trn1 torus.
 			name:   "13 cores",
-			pod:    testPod("p").neuronCores(13).obj(),
+			pod:    testkit.MakePod().Name("p").NeuronCores(13).Obj(),
 			nodes:  []string{"trn-empty", "trn-partly", "trn-full", "inf-empty"},
 			passed: []string{"inf-empty"},
 			failed: map[string]string{},
@@ -120,7 +133,7 @@ func TestFilter(t *testing.T) {
 		{
 			// A failed bind can leave the pod's own record behind: it must not block the pod.
 			name:         "the pod's own record does not count",
-			pod:          testPod("holder-full").neuron(16).record("trn-full", seqInts(0, 16)...).obj(),
+			pod:          testkit.MakePod().Name("holder-full").Neuron(16).Record(recordOn("trn-full", seqInts(0, 16)...)).AllocTime(1).Obj(),
 			nodes:        []string{"trn-full", "trn-partly"},
 			passed:       []string{"trn-full"},
 			failed:       map[string]string{"trn-partly": "no free valid set of 16 devices"},
@@ -153,7 +166,7 @@ func checkReasons(t *testing.T, what string, got, want map[string]string) {
 
 func TestFilterExactUnsupportedMessage(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	pod := testPod("seven").neuron(7).obj()
+	pod := testkit.MakePod().Name("seven").Neuron(7).Obj()
 	if _, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +194,7 @@ func TestFilterExactUnsupportedMessage(t *testing.T) {
 
 func TestPrioritize(t *testing.T) {
 	e, _, ctx := startExtender(t, cluster()...)
-	list := e.Prioritize(ctx, testPod("p").neuron(4).obj(), allNodes)
+	list := e.Prioritize(ctx, testkit.MakePod().Name("p").Neuron(4).Obj(), allNodes)
 	if len(list) != len(allNodes) {
 		t.Fatalf("scores for %d nodes, want %d: %v", len(list), len(allNodes), list)
 	}
@@ -200,7 +213,7 @@ func TestPrioritize(t *testing.T) {
 			t.Errorf("%s scores %d, want 0 (it cannot take the pod)", n, scores[n])
 		}
 	}
-	none := e.Prioritize(ctx, testPod("p").container("main", "", 0).obj(), allNodes)
+	none := e.Prioritize(ctx, testkit.MakePod().Name("p").Container("main", "", 0).Obj(), allNodes)
 	for i, s := range none {
 		if s != 0 {
 			t.Errorf("a pod without Neuron requests: %s scores %d, want 0", allNodes[i], s)
@@ -213,7 +226,7 @@ func TestPrioritize(t *testing.T) {
 // a node whose usage changed since.
 func TestPrioritizeUsesFiltersScores(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	p := testPod("p").neuron(4).obj()
+	p := testkit.MakePod().Name("p").Neuron(4).Obj()
 	names := []string{"trn-empty", "trn-partly", "inf-empty"}
 	fresh := e.Prioritize(ctx, p, names) // no memo: placed now
 	if passed, _, _ := e.Filter(ctx, p, names); len(passed) != 3 {
@@ -231,7 +244,7 @@ func TestPrioritizeUsesFiltersScores(t *testing.T) {
 	if passed, _, _ := e.Filter(ctx, p, names); len(passed) != 3 {
 		t.Fatalf("filter passed %v", passed)
 	}
-	createPod(t, ctx, client, testPod("all").neuron(16).record("trn-empty", seqInts(0, 16)...).obj())
+	createPod(t, ctx, client, testkit.MakePod().Name("all").Neuron(16).Record(recordOn("trn-empty", seqInts(0, 16)...)).AllocTime(1).Obj())
 	waitFor(t, 5*time.Second, "the informer to show pod all", func() bool {
 		_, ok, _ := e.pods.GetStore().GetByKey("default/all")
 		return ok
@@ -260,14 +273,17 @@ func getPod(t testing.TB, ctx context.Context, client *fake.Clientset, ns, name 
 	return p
 }
 
+// waitFor waits until cond holds, looking every 5 ms, and fails the test after timeout.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	waitEvery(t, 5*time.Millisecond, timeout, what, cond)
+}
+
+func waitEvery(t testing.TB, interval, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), interval, timeout, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
 	}
 }
 
@@ -283,7 +299,7 @@ func bindings(client *fake.Clientset) []*corev1.Binding {
 
 func TestBind(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	pod := createPod(t, ctx, client, testPod("p").neuron(4).obj())
+	pod := createPod(t, ctx, client, testkit.MakePod().Name("p").Neuron(4).Obj())
 	before := time.Now().UnixNano()
 	if err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-partly"); err != nil {
 		t.Fatal(err)
@@ -348,7 +364,7 @@ func TestBind(t *testing.T) {
 
 func TestBindWithoutNeuronRequests(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	pod := createPod(t, ctx, client, testPod("plain").container("main", "", 0).obj())
+	pod := createPod(t, ctx, client, testkit.MakePod().Name("plain").Container("main", "", 0).Obj())
 	if err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +378,7 @@ func TestBindWithoutNeuronRequests(t *testing.T) {
 
 func TestBindRefusals(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	pod := createPod(t, ctx, client, testPod("p").neuron(4).obj())
+	pod := createPod(t, ctx, client, testkit.MakePod().Name("p").Neuron(4).Obj())
 	for _, tc := range []struct {
 		name, ns, pod string
 		uid           types.UID
@@ -402,7 +418,7 @@ func TestBindFailureLeavesNoRecord(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	pod := createPod(t, ctx, client, testPod("p").neuron(4).obj())
+	pod := createPod(t, ctx, client, testkit.MakePod().Name("p").Neuron(4).Obj())
 	fail.Store(pod.Name, true)
 	err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty")
 	if err == nil || !strings.Contains(err.Error(), "the API server said no") {
@@ -437,7 +453,7 @@ func TestSequentialBindsAreDisjoint(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
 	var seen []int
 	for i := range 4 {
-		pod := createPod(t, ctx, client, testPod(fmt.Sprintf("p%d", i)).neuron(4).obj())
+		pod := createPod(t, ctx, client, testkit.MakePod().Name(fmt.Sprintf("p%d", i)).Neuron(4).Obj())
 		// No waiting for the informer: Bind itself waits for the previous decision.
 		if err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty"); err != nil {
 			t.Fatalf("bind %d: %v", i, err)
@@ -458,7 +474,7 @@ func TestSequentialBindsAreDisjoint(t *testing.T) {
 		t.Errorf("four 4-device binds took %v, want every device once", seen)
 	}
 	// The node is full now, as the next bind and a filter both see.
-	pod := createPod(t, ctx, client, testPod("p-extra").neuron(1).obj())
+	pod := createPod(t, ctx, client, testkit.MakePod().Name("p-extra").Neuron(1).Obj())
 	if err := e.Bind(ctx, pod.Namespace, pod.Name, pod.UID, "trn-empty"); err == nil || !strings.Contains(err.Error(), "no longer fits") {
 		t.Errorf("bind on a full node: %v", err)
 	}
@@ -472,7 +488,7 @@ func TestConcurrentBindsAreDisjoint(t *testing.T) {
 	const n = 16 // 16 pods of 2 cores fill a trn1 exactly
 	pods := make([]*corev1.Pod, n)
 	for i := range pods {
-		pods[i] = createPod(t, ctx, client, testPod(fmt.Sprintf("c%d", i)).neuronCores(2).obj())
+		pods[i] = createPod(t, ctx, client, testkit.MakePod().Name(fmt.Sprintf("c%d", i)).NeuronCores(2).Obj())
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -527,8 +543,8 @@ func TestBindAfterFailedBindDoesNotStall(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	p := createPod(t, ctx, client, testPod("fails").neuron(4).obj())
-	q := createPod(t, ctx, client, testPod("next").neuron(4).obj())
+	p := createPod(t, ctx, client, testkit.MakePod().Name("fails").Neuron(4).Obj())
+	q := createPod(t, ctx, client, testkit.MakePod().Name("next").Neuron(4).Obj())
 	if err := e.Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err == nil {
 		t.Fatal("the bind must fail")
 	}
@@ -541,7 +557,12 @@ func TestBindAfterFailedBindDoesNotStall(t *testing.T) {
 		_, has := obj.(*corev1.Pod).Annotations[allocation.Annotation]
 		return !has
 	})
-	time.Sleep(200 * time.Millisecond) // the fake API server sets no resourceVersions to wait on
+	// And the pod to bind next and the node's Lease, which the first bind created.
+	waitFor(t, 5*time.Second, "the informers to show pod next and the Lease", func() bool {
+		_, pod, _ := e.pods.GetStore().GetByKey("default/next")
+		_, lease, _ := e.owner.leases.GetByKey("kube-system/" + LeaseName("trn-empty"))
+		return pod && lease
+	})
 	start := time.Now()
 	if err := e.Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
@@ -560,13 +581,13 @@ func TestBindAfterFailedBindDoesNotStall(t *testing.T) {
 // from the indexer itself.
 func TestBindSeesPodsTheIndexerHas(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	pod := createPod(t, ctx, client, testPod("p").neuron(4).obj())
+	pod := createPod(t, ctx, client, testkit.MakePod().Name("p").Neuron(4).Obj())
 	// Filter caches trn-empty's usage: nothing in use.
 	if passed, _, _ := e.Filter(ctx, pod, []string{"trn-empty"}); len(passed) != 1 {
 		t.Fatal("trn-empty must pass")
 	}
 	// Another replica's decision reaches the indexer; the handlers have not run yet.
-	other := testPod("other").neuron(4).record("trn-empty", 0, 1, 2, 3).obj()
+	other := testkit.MakePod().Name("other").Neuron(4).Record(recordOn("trn-empty", 0, 1, 2, 3)).AllocTime(1).Obj()
 	if err := e.pods.GetIndexer().Add(other); err != nil {
 		t.Fatal(err)
 	}
@@ -591,8 +612,8 @@ func TestBindSeesPodsTheIndexerHas(t *testing.T) {
 // Binding cannot be played with one.)
 func TestBindsToOneNodeOverlap(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	slow := createPod(t, ctx, client, testPod("slow").neuron(4).obj())
-	fast := createPod(t, ctx, client, testPod("fast").neuron(4).obj())
+	slow := createPod(t, ctx, client, testkit.MakePod().Name("slow").Neuron(4).Obj())
+	fast := createPod(t, ctx, client, testkit.MakePod().Name("fast").Neuron(4).Obj())
 	post, err := e.decide(ctx, slow.Namespace, slow.Name, slow.UID, "trn-empty")
 	if err != nil {
 		t.Fatal(err)
@@ -607,7 +628,7 @@ func TestBindsToOneNodeOverlap(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("the second bind waited for the first one's Binding")
 	}
-	if n := e.inflightBinds("trn-empty"); n != 1 {
+	if n := e.owner.inflightBinds("trn-empty"); n != 1 {
 		t.Errorf("%d Bindings in flight, want slow's", n)
 	}
 	if err := post(ctx); err != nil {
@@ -630,7 +651,7 @@ func TestBindsToOneNodeOverlap(t *testing.T) {
 // failure must not take the first decision's devices out of the usage.
 func TestRetriedBindKeepsTheFirstDecision(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	x := createPod(t, ctx, client, testPod("x").neuron(4).obj())
+	x := createPod(t, ctx, client, testkit.MakePod().Name("x").Neuron(4).Obj())
 	first, err := e.decide(ctx, x.Namespace, x.Name, x.UID, "trn-empty")
 	if err != nil {
 		t.Fatal(err)
@@ -657,11 +678,11 @@ func TestRetriedBindKeepsTheFirstDecision(t *testing.T) {
 		t.Fatal("the second Binding must fail")
 	}
 	// Whether or not the informer has shown x yet, its devices count.
-	shape, err := e.nodeShape("trn-empty")
+	shape, err := e.scores.shapes.get("trn-empty")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := e.freshUsage(ctx, shape, "trn-empty", "")
+	u, err := e.scores.freshUsage(ctx, shape, "trn-empty", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -698,14 +719,14 @@ func TestUsageCacheKeepsOtherDecisionsOfAPod(t *testing.T) {
 // informer.
 func TestFilterSeesChangesAfterCaching(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	p := testPod("p").neuron(8).obj()
+	p := testkit.MakePod().Name("p").Neuron(8).Obj()
 	for range 2 { // the second call is answered from the cache
 		if passed, _, _ := e.Filter(ctx, p, []string{"trn-empty"}); len(passed) != 1 {
 			t.Fatal("an 8-device pod must fit the empty trn1.32xlarge")
 		}
 	}
 	// Another replica's pod takes devices 0-7; 8-15 are still free for one more.
-	createPod(t, ctx, client, testPod("a").neuron(8).record("trn-empty", 0, 1, 2, 3, 4, 5, 6, 7).obj())
+	createPod(t, ctx, client, testkit.MakePod().Name("a").Neuron(8).Record(recordOn("trn-empty", 0, 1, 2, 3, 4, 5, 6, 7)).AllocTime(1).Obj())
 	waitFor(t, 5*time.Second, "the informer to show pod a", func() bool {
 		_, ok, _ := e.pods.GetStore().GetByKey("default/a")
 		return ok
@@ -714,7 +735,7 @@ func TestFilterSeesChangesAfterCaching(t *testing.T) {
 		t.Fatal("devices 8-15 are still free")
 	}
 	// And now it takes them (this replica's bind, which the informer may not show yet).
-	q := createPod(t, ctx, client, testPod("q").neuron(8).obj())
+	q := createPod(t, ctx, client, testkit.MakePod().Name("q").Neuron(8).Obj())
 	if err := e.Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
@@ -730,31 +751,31 @@ func TestFilterSeesChangesAfterCaching(t *testing.T) {
 // the next bind gave its devices again (seen once in make bench-scheduler).
 func TestDecisionArrivingBetweenTheTwoReadsCounts(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	q := createPod(t, ctx, client, testPod("q").neuron(16).obj())
+	q := createPod(t, ctx, client, testkit.MakePod().Name("q").Neuron(16).Obj())
 	// The decision is made (it counts in recent); its Binding is not posted, so only the test
 	// delivers the pod with its record, in the window between the two reads.
 	if _, err := e.decide(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
-	e.usageCache.mu.Lock()
-	rec := e.usageCache.recent["trn-empty"][q.UID][0].record
-	e.usageCache.mu.Unlock()
+	e.scores.usage.mu.Lock()
+	rec := e.scores.usage.recent["trn-empty"][q.UID][0].record
+	e.scores.usage.mu.Unlock()
 	landed := q.DeepCopy()
 	landed.Spec.NodeName = "trn-empty"
 	maps.Copy(landed.Annotations, rec.Annotations())
-	testHookBetweenReads = func() {
-		testHookBetweenReads = nil
+	e.scores.betweenReads = func() {
+		e.scores.betweenReads = nil
 		if err := e.pods.GetIndexer().Update(landed); err != nil {
 			t.Error(err)
 		}
-		e.usageCache.handler().OnUpdate(q, landed)
+		e.scores.usage.handler().OnUpdate(q, landed)
 	}
-	defer func() { testHookBetweenReads = nil }()
-	shape, err := e.nodeShape("trn-empty")
+	defer func() { e.scores.betweenReads = nil }()
+	shape, err := e.scores.shapes.get("trn-empty")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := e.freshUsage(ctx, shape, "trn-empty", "")
+	u, err := e.scores.freshUsage(ctx, shape, "trn-empty", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -767,7 +788,7 @@ func TestDecisionArrivingBetweenTheTwoReadsCounts(t *testing.T) {
 // added, switched to the DRA driver or deleted after the start is seen as it is now.
 func TestFilterFollowsNodeChanges(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	p := testPod("p").neuron(4).obj()
+	p := testkit.MakePod().Name("p").Neuron(4).Obj()
 	filter := func() (passed []string, unresolvable map[string]string) {
 		passed, _, unresolvable = e.Filter(ctx, p, []string{"late"})
 		return passed, unresolvable
@@ -775,7 +796,7 @@ func TestFilterFollowsNodeChanges(t *testing.T) {
 	if _, u := filter(); u["late"] != "node late is not known to the extender yet" {
 		t.Fatalf("before the node exists: %v", u)
 	}
-	late, err := client.CoreV1().Nodes().Create(ctx, testNode("late").instanceType(trn1).obj(), metav1.CreateOptions{})
+	late, err := client.CoreV1().Nodes().Create(ctx, testkit.MakeNode().Name("late").InstanceType(trn1).Obj(), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -800,7 +821,7 @@ func TestFilterFollowsNodeChanges(t *testing.T) {
 }
 
 func TestStripManagedFields(t *testing.T) {
-	pod := testPod("p").neuron(1).obj()
+	pod := testkit.MakePod().Name("p").Neuron(1).Obj()
 	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
 	out, err := stripManagedFields(pod)
 	if err != nil || out.(*corev1.Pod).ManagedFields != nil || out.(*corev1.Pod).Name != "p" {
@@ -809,7 +830,7 @@ func TestStripManagedFields(t *testing.T) {
 	if pod.ManagedFields == nil {
 		t.Error("the transform changed the object it was given (the fake clientset still reads it)")
 	}
-	node := testNode("n").obj()
+	node := testkit.MakeNode().Name("n").Obj()
 	node.ManagedFields = pod.ManagedFields
 	if out, err := stripManagedFields(node); err != nil || out.(*corev1.Node).ManagedFields != nil || node.ManagedFields == nil {
 		t.Errorf("node after the transform: %+v, %v; given: %v", out, err, node.ManagedFields)
@@ -825,17 +846,17 @@ func TestStripManagedFields(t *testing.T) {
 // with it the cached usage and placements) stays; a changed record does not.
 func TestEventsThatChangeNoUsageKeepTheGeneration(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	gen := func() uint64 { g, _ := e.usageCache.generationFor("trn-empty", ""); return g }
-	q := createPod(t, ctx, client, testPod("q").neuron(4).obj())
+	gen := func() uint64 { g, _ := e.scores.usage.generationFor("trn-empty", ""); return g }
+	q := createPod(t, ctx, client, testkit.MakePod().Name("q").Neuron(4).Obj())
 	if err := e.Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the informer to show the bind", func() bool { return !e.usageCache.known("trn-empty", q.UID) })
+	waitFor(t, 5*time.Second, "the informer to show the bind", func() bool { return !e.scores.usage.known("trn-empty", q.UID) })
 	afterBind := gen()
-	if passed, _, _ := e.Filter(ctx, testPod("p").neuron(8).obj(), []string{"trn-empty"}); len(passed) != 1 {
+	if passed, _, _ := e.Filter(ctx, testkit.MakePod().Name("p").Neuron(8).Obj(), []string{"trn-empty"}); len(passed) != 1 {
 		t.Fatal("8 devices must still fit next to q's 4")
 	}
-	if passed, _, _ := e.Filter(ctx, testPod("big").neuron(16).obj(), []string{"trn-empty"}); len(passed) != 0 {
+	if passed, _, _ := e.Filter(ctx, testkit.MakePod().Name("big").Neuron(16).Obj(), []string{"trn-empty"}); len(passed) != 0 {
 		t.Fatal("q's devices must count after the informer showed the bind")
 	}
 
@@ -862,7 +883,7 @@ func TestEventsThatChangeNoUsageKeepTheGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "q's devices to be free", func() bool {
-		passed, _, _ := e.Filter(ctx, testPod("big").neuron(16).obj(), []string{"trn-empty"})
+		passed, _, _ := e.Filter(ctx, testkit.MakePod().Name("big").Neuron(16).Obj(), []string{"trn-empty"})
 		return len(passed) == 1
 	})
 	if g := gen(); g == afterBind {
@@ -875,7 +896,7 @@ func TestSameUsage(t *testing.T) {
 	rec := &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "main", Resource: topology.ResourceNeuron, Devices: []int{0}}}}
 	other := &allocation.Record{Node: "n", Containers: []allocation.Container{{Name: "main", Resource: topology.ResourceNeuron, Devices: []int{1}}}}
 	pod := func(r *allocation.Record, phase corev1.PodPhase, extra ...string) *corev1.Pod {
-		p := testPod("p").neuron(1).obj()
+		p := testkit.MakePod().Name("p").Neuron(1).Obj()
 		if r != nil {
 			p.Annotations[allocation.Annotation] = r.Encode()
 			p.Annotations[allocation.AllocTime] = "1"
@@ -921,18 +942,18 @@ func TestSameUsage(t *testing.T) {
 func TestRememberKeepsTheCachedUsage(t *testing.T) {
 	e, _, ctx := startExtender(t, cluster()...)
 	const node = "trn-partly"
-	shape, err := e.nodeShape(node)
+	shape, err := e.scores.shapes.get(node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.usage(ctx, shape, node, ""); err != nil { // fills the cache
+	if _, err := e.scores.nodeUsage(ctx, shape, node, ""); err != nil { // fills the cache
 		t.Fatal(err)
 	}
 	rec := func(devices ...int) *allocation.Record {
 		return &allocation.Record{Node: node, Containers: []allocation.Container{{Name: "main", Resource: "aws.amazon.com/neuron", Devices: devices}}}
 	}
-	e.usageCache.remember(node, "uid-new", "default/new", rec(4, 5, 6, 7))
-	c := e.usageCache
+	e.scores.usage.remember(node, "uid-new", "default/new", rec(4, 5, 6, 7))
+	c := e.scores.usage
 	c.mu.Lock()
 	cu, ok := c.cached[node]
 	valid := ok && cu.gen == c.gen[node]
@@ -940,14 +961,14 @@ func TestRememberKeepsTheCachedUsage(t *testing.T) {
 	if !valid {
 		t.Fatal("the decision dropped the cached usage")
 	}
-	got, err := e.usage(ctx, shape, node, "")
+	got, err := e.scores.nodeUsage(ctx, shape, node, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got != cu.usage {
 		t.Error("usage derived the node again instead of using the cache")
 	}
-	want, err := e.freshUsage(ctx, shape, node, "")
+	want, err := e.scores.freshUsage(ctx, shape, node, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -959,7 +980,7 @@ func TestRememberKeepsTheCachedUsage(t *testing.T) {
 	}
 
 	// Devices 3 and 8: 3 is held already (holder-partly). The cache goes; usage derives again.
-	e.usageCache.remember(node, "uid-overlap", "default/overlap", rec(3, 8))
+	e.scores.usage.remember(node, "uid-overlap", "default/overlap", rec(3, 8))
 	c.mu.Lock()
 	cu, ok = c.cached[node]
 	valid = ok && cu.gen == c.gen[node]
@@ -967,11 +988,11 @@ func TestRememberKeepsTheCachedUsage(t *testing.T) {
 	if valid {
 		t.Error("a decision that overlaps the cached usage kept the cache")
 	}
-	got, err = e.usage(ctx, shape, node, "")
+	got, err = e.scores.nodeUsage(ctx, shape, node, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want, _ := e.freshUsage(ctx, shape, node, ""); !reflect.DeepEqual(got, want) {
+	if want, _ := e.scores.freshUsage(ctx, shape, node, ""); !reflect.DeepEqual(got, want) {
 		t.Errorf("usage %v, derived %v", got.FreeDevices(), want.FreeDevices())
 	}
 }
@@ -980,19 +1001,19 @@ func TestRememberKeepsTheCachedUsage(t *testing.T) {
 // node's Lease. Meanwhile the next pod must see that node taken, so that it follows the first
 // instead of opening another empty node of the same type (they would all tie).
 func TestAnOpeningCountsWhileItsBindWaitsForTheLease(t *testing.T) {
-	e, client, ctx := startExtender(t, append(cluster(), testNode("inf-empty-2").instanceType(inf2).obj())...)
+	e, client, ctx := startExtender(t, append(cluster(), testkit.MakeNode().Name("inf-empty-2").InstanceType(inf2).Obj())...)
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	client.PrependReactor("create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		once.Do(func() { close(entered); <-release })
 		return false, nil, nil
 	})
-	opener := createPod(t, ctx, client, testPod("opener").neuronCores(1).obj())
+	opener := createPod(t, ctx, client, testkit.MakePod().Name("opener").NeuronCores(1).Obj())
 	waitFor(t, 5*time.Second, "the informer to show pod opener", func() bool {
 		_, ok, _ := e.pods.GetStore().GetByKey("default/opener")
 		return ok
 	})
-	next := testPod("next").neuronCores(1).obj()
+	next := testkit.MakePod().Name("next").NeuronCores(1).Obj()
 	names := []string{"trn-empty", "inf-empty", "inf-empty-2"}
 	if list := relativeScores(names, e.Prioritize(ctx, next, names), 2); len(list) != 2 {
 		t.Fatalf("before the bind: answer %v, want both empty inf2 nodes, tied", list)
@@ -1013,9 +1034,9 @@ func TestAnOpeningCountsWhileItsBindWaitsForTheLease(t *testing.T) {
 	if list := relativeScores(names, scores, whole); len(list) != 1 || list[0].Host != "inf-empty" {
 		t.Errorf("after opener's bind: answer %v, want inf-empty alone", list)
 	}
-	e.usageCache.mu.Lock()
-	n := len(e.usageCache.recent["inf-empty"][opener.UID])
-	e.usageCache.mu.Unlock()
+	e.scores.usage.mu.Lock()
+	n := len(e.scores.usage.recent["inf-empty"][opener.UID])
+	e.scores.usage.mu.Unlock()
 	if n > 1 {
 		t.Errorf("opener counts %d times on inf-empty: the tentative decision outlived the real one", n)
 	}

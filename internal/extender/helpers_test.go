@@ -4,25 +4,20 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strconv"
-	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
-	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -31,86 +26,19 @@ const (
 	inf2 = "inf2.48xlarge" // 12 devices, 2 cores each, ring
 )
 
-// catalog is the default catalog, parsed once.
-var catalog = sync.OnceValue(topology.DefaultCatalog)
-
-// nodeBuilder builds test nodes: testNode("n").instanceType(trn1).obj().
-type nodeBuilder struct{ n *corev1.Node }
-
-func testNode(name string) *nodeBuilder {
-	return &nodeBuilder{n: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}}
-}
-
-// instanceType labels the node and, for a catalog type, advertises its devices and cores the
-// way the device plugin does.
-func (b *nodeBuilder) instanceType(name string) *nodeBuilder {
-	b.n.Labels[labels.InstanceType] = name
-	if it, ok := catalog().Lookup(name); ok {
-		b.n.Status.Capacity = corev1.ResourceList{
-			corev1.ResourceName(topology.ResourceNeuron):     *resource.NewQuantity(int64(it.Devices), resource.DecimalSI),
-			corev1.ResourceName(topology.ResourceNeuronCore): *resource.NewQuantity(int64(it.Devices*it.LogicalCoresPerDevice(0)), resource.DecimalSI),
-		}
-	}
-	return b
-}
-
-func (b *nodeBuilder) dra() *nodeBuilder {
-	b.n.Labels[labels.AllocationMode] = labels.AllocationModeDRA
-	return b
-}
-
-func (b *nodeBuilder) obj() *corev1.Node { return b.n }
-
-// podBuilder builds test pods: testPod("p").neuron(4).obj().
-type podBuilder struct{ p *corev1.Pod }
-
-func testPod(name string) *podBuilder {
-	return &podBuilder{p: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-		Namespace: "default", Name: name, UID: types.UID("uid-" + name), Annotations: map[string]string{},
-	}}}
-}
-
-// container adds a container asking for count of res in its limits.
-func (b *podBuilder) container(name, res string, count int) *podBuilder {
-	c := corev1.Container{Name: name, Image: "app"}
-	if res != "" {
-		c.Resources.Limits = corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(int64(count), resource.DecimalSI)}
-	}
-	b.p.Spec.Containers = append(b.p.Spec.Containers, c)
-	return b
-}
-
-func (b *podBuilder) neuron(devices int) *podBuilder {
-	return b.container("main", topology.ResourceNeuron, devices)
-}
-
-func (b *podBuilder) neuronCores(cores int) *podBuilder {
-	return b.container("main", topology.ResourceNeuronCore, cores)
-}
-
-// record gives the pod an allocation record (as the extender's bind writes it) on node for
-// its first container.
-func (b *podBuilder) record(node string, devices ...int) *podBuilder {
-	name := "main"
-	if len(b.p.Spec.Containers) > 0 {
-		name = b.p.Spec.Containers[0].Name
-	}
+// recordOn is the allocation record the extender's bind writes for a pod whose container
+// "main" (testkit.DefaultContainer) holds the devices on node, with both cores of each device
+// (trn1 and inf2 have 2 cores per device). Pods take it with
+// testkit.MakePod()....Record(recordOn(node, devices...)).AllocTime(1).
+func recordOn(node string, devices ...int) *allocation.Record {
 	cores := []int{}
 	for _, d := range devices {
-		cores = append(cores, 2*d, 2*d+1) // 2 cores per device on trn1 and inf2
+		cores = append(cores, 2*d, 2*d+1)
 	}
-	r := &allocation.Record{Node: node, Containers: []allocation.Container{{
-		Name: name, Resource: topology.ResourceNeuron, Devices: devices, Cores: cores,
+	return &allocation.Record{Node: node, Containers: []allocation.Container{{
+		Name: testkit.DefaultContainer, Resource: topology.ResourceNeuron, Devices: devices, Cores: cores,
 	}}}
-	for k, v := range r.Annotations() {
-		b.p.Annotations[k] = v
-	}
-	b.p.Annotations[allocation.AllocTime] = strconv.Itoa(1)
-	b.p.Spec.NodeName = node
-	return b
 }
-
-func (b *podBuilder) obj() *corev1.Pod { return b.p }
 
 func seqInts(start, n int) []int {
 	out := make([]int, n)

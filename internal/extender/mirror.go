@@ -64,7 +64,7 @@ func (e *Extender) mirrorNode(ctx context.Context, node *corev1.Node) error {
 	if err != nil {
 		return err
 	}
-	u, err := e.usage(ctx, shape, node.Name, "")
+	u, err := e.scores.nodeUsage(ctx, shape, node.Name, "")
 	if err != nil {
 		return nil // records are being corrected: mirror them once they settle
 	}

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
-	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -30,8 +28,8 @@ func nominatedNodeIndex(obj any) ([]string, error) {
 }
 
 // nominatedNodes returns the nodes some unbound pod is nominated to; nil when none is.
-func (e *Extender) nominatedNodes() map[string]bool {
-	names := e.pods.GetIndexer().ListIndexFuncValues(byNominatedNode)
+func (s *scorer) nominatedNodes() map[string]bool {
+	names := s.pods.ListIndexFuncValues(byNominatedNode)
 	if len(names) == 0 {
 		return nil
 	}
@@ -46,8 +44,8 @@ func (e *Extender) nominatedNodes() map[string]bool {
 // kube-scheduler counts for its own resources (not bound, not being deleted, priority at least
 // the pod's, not the pod itself), that ask for Neuron hardware and have no allocation record
 // or decision of this replica yet (those count in the node's usage already).
-func (e *Extender) nominatedTo(node string, pod *corev1.Pod) []*corev1.Pod {
-	objs, _ := e.pods.GetIndexer().ByIndex(byNominatedNode, node)
+func (s *scorer) nominatedTo(node string, pod *corev1.Pod) []*corev1.Pod {
+	objs, _ := s.pods.ByIndex(byNominatedNode, node)
 	prio := ptr.Deref(pod.Spec.Priority, 0)
 	var out []*corev1.Pod
 	for _, o := range objs {
@@ -60,7 +58,7 @@ func (e *Extender) nominatedTo(node string, pod *corev1.Pod) []*corev1.Pod {
 		}
 		// A record (or this replica's decision the informer does not show yet) already counts
 		// in its node's usage.
-		if r, err := e.usageCache.records.RecordOf(q); err != nil || r != nil || e.usageCache.decided(q.UID) {
+		if r, err := s.usage.records.RecordOf(q); err != nil || r != nil || s.usage.decided(q.UID) {
 			continue
 		}
 		out = append(out, q)
@@ -76,7 +74,7 @@ func (e *Extender) nominatedTo(node string, pod *corev1.Pod) []*corev1.Pod {
 // rounds and the binds so far may have left a layout that only another order completes. It
 // returns the pod's record entries and score, and the nominated pods that hold room; the error
 // says why the pod does not fit.
-func (e *Extender) arrange(u *topology.Usage, nominated []*corev1.Pod, pod *corev1.Pod, reqs []allocation.Request) ([]allocation.Container, float64, []string, error) {
+func (s *scorer) arrange(u *topology.Usage, nominated []*corev1.Pod, pod *corev1.Pod, reqs []allocation.Request) ([]allocation.Container, float64, []string, error) {
 	type item struct {
 		pod    *corev1.Pod
 		reqs   []allocation.Request
@@ -105,12 +103,12 @@ func (e *Extender) arrange(u *topology.Usage, nominated []*corev1.Pod, pod *core
 	place := func(order []item) (mine []allocation.Container, score float64, held []string, err error) {
 		work := u.Clone()
 		for _, it := range order {
-			containers, s, perr := allocation.Plan(work, it.reqs, e.o.Policy)
+			containers, fit, perr := s.plan(work, it.reqs)
 			switch {
 			case it.pod == pod && perr != nil:
 				return nil, 0, held, perr
 			case it.pod == pod:
-				mine, score = containers, s
+				mine, score = containers, fit
 			case perr != nil:
 				continue
 			default:
@@ -143,49 +141,36 @@ func (e *Extender) arrange(u *topology.Usage, nominated []*corev1.Pod, pod *core
 	return nil, 0, firstHeld, firstErr
 }
 
+// planBind chooses the pod's devices on the node's usage u for a bind. The pods nominated to the
+// node keep the room filter set aside for them: the pod's set is chosen together with theirs,
+// and held names those that hold room.
+func (s *scorer) planBind(u *topology.Usage, node string, pod *corev1.Pod, reqs []allocation.Request) (containers []allocation.Container, held []string, err error) {
+	if nominated := s.nominatedTo(node, pod); len(nominated) > 0 {
+		containers, _, held, err = s.arrange(u, nominated, pod, reqs)
+		return containers, held, err
+	}
+	containers, _, err = s.plan(u, reqs)
+	return containers, nil, err
+}
+
 // placeBesideNominated is place for a node that pods are nominated to: the pod must fit together
 // with them (arrange). The kube-scheduler sets their room aside for its own resources, counted per
 // resource name; the extender sets it aside under the topology rules, so that a pod tried first
 // does not take the devices the autoscaler launched the node for, for another pod. applies is
 // false when no pod holds room against this one.
-func (e *Extender) placeBesideNominated(ctx context.Context, shape *topology.Shape, node string, pod *corev1.Pod, reqs []allocation.Request) (score int64, applies bool, err error) {
-	nominated := e.nominatedTo(node, pod)
+func (s *scorer) placeBesideNominated(ctx context.Context, shape *topology.Shape, node string, pod *corev1.Pod, reqs []allocation.Request) (score int64, applies bool, err error) {
+	nominated := s.nominatedTo(node, pod)
 	if len(nominated) == 0 {
 		return 0, false, nil
 	}
-	u, err := e.usage(ctx, shape, node, pod.UID)
+	u, err := s.nodeUsage(ctx, shape, node, pod.UID)
 	if err != nil {
 		return 0, true, err
 	}
-	_, s, held, err := e.arrange(u, nominated, pod, reqs)
+	_, fit, held, err := s.arrange(u, nominated, pod, reqs)
 	if err != nil {
 		klog.FromContext(ctx).V(4).Info("Node's room is held for the pods nominated to it", "pod", klog.KObj(pod), "node", node, "nominated", held)
 		return 0, true, fmt.Errorf("the node's free Neuron hardware is held for the pods nominated to it (%s), and the pod does not fit beside them: %w", strings.Join(held, ", "), err)
 	}
-	return ExtenderScore(s), true, nil
+	return ExtenderScore(fit), true, nil
 }
-
-// waitingFor returns the node neuron-autoscaler launched for the pod
-// (labels.PlannedNodeAnnotation) while that node still holds pods off (labels.LaunchingTaintKey);
-// "" otherwise, and once the node is older than plannedNodeHold. The pod is kept off every other node meanwhile: tried while its own node is
-// held, it would take room another launched node has for another pod (the scheduler clears its
-// nomination whenever it fails to place it, so the nomination alone does not keep it).
-func (e *Extender) waitingFor(pod *corev1.Pod) string {
-	name := pod.Annotations[labels.PlannedNodeAnnotation]
-	if name == "" {
-		return ""
-	}
-	node, err := e.nodes.Get(name)
-	if err != nil || !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == labels.LaunchingTaintKey }) {
-		return ""
-	}
-	if !node.CreationTimestamp.IsZero() && e.o.Now().Sub(node.CreationTimestamp.Time) > plannedNodeHold {
-		return "" // the autoscaler should have released it long ago: do not hold the pod for it
-	}
-	return name
-}
-
-// plannedNodeHold bounds how long after a node registered its planned pods are kept for it:
-// neuron-autoscaler releases a node within a minute of its serving, and deletes one that is not
-// Ready 15 minutes after its launch. Should the autoscaler stop, the pods are free again.
-const plannedNodeHold = 20 * time.Minute

@@ -7,21 +7,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-neuron/kube-neuron/internal/allocation"
-	"github.com/kube-neuron/kube-neuron/internal/labels"
-	"github.com/kube-neuron/kube-neuron/internal/topology"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // nominated creates a pending pod nominated to node (status.nominatedNodeName, as the
 // autoscaler or a preemption sets it) and waits until the extender's informer shows it.
-func nominated(t *testing.T, ctx context.Context, e *Extender, client *fake.Clientset, b *podBuilder, node string) *corev1.Pod {
+func nominated(t *testing.T, ctx context.Context, e *Extender, client *fake.Clientset, b *testkit.PodWrapper, node string) *corev1.Pod {
 	t.Helper()
-	pod := b.obj()
+	pod := b.Obj()
 	pod.Status.NominatedNodeName = node
 	created := createPod(t, ctx, client, pod)
 	waitFor(t, 5*time.Second, "the informer to show "+pod.Name, func() bool {
@@ -37,9 +39,9 @@ func nominated(t *testing.T, ctx context.Context, e *Extender, client *fake.Clie
 // kube-scheduler sets the room aside for its own resources only, per resource name.
 func TestNominatedPodsKeepTheirRoom(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	nominated(t, ctx, e, client, testPod("big").neuron(16), "trn-empty")
+	nominated(t, ctx, e, client, testkit.MakePod().Name("big").Neuron(16), "trn-empty")
 
-	small := testPod("small").neuron(1).obj()
+	small := testkit.MakePod().Name("small").Neuron(1).Obj()
 	passed, failed, _ := e.Filter(ctx, small, []string{"trn-empty", "trn-partly"})
 	if len(passed) != 1 || passed[0] != "trn-partly" {
 		t.Fatalf("passed %v, want only trn-partly: trn-empty's 16 devices are held for default/big", passed)
@@ -48,18 +50,18 @@ func TestNominatedPodsKeepTheirRoom(t *testing.T) {
 		t.Errorf("trn-empty's reason %q does not name the nominated pod", msg)
 	}
 	// The nominated pod itself is not held off by its own nomination.
-	if passed, _, _ := e.Filter(ctx, testPod("big").neuron(16).obj(), []string{"trn-empty"}); len(passed) != 1 {
+	if passed, _, _ := e.Filter(ctx, testkit.MakePod().Name("big").Neuron(16).Obj(), []string{"trn-empty"}); len(passed) != 1 {
 		t.Errorf("the nominated pod does not pass its own node: %v", passed)
 	}
 	// A pod of higher priority is not held off: the kube-scheduler would preempt for it.
-	urgent := testPod("urgent").neuron(1).obj()
+	urgent := testkit.MakePod().Name("urgent").Neuron(1).Obj()
 	urgent.Spec.Priority = ptr.To[int32](1000)
 	if passed, _, _ := e.Filter(ctx, urgent, []string{"trn-empty"}); len(passed) != 1 {
 		t.Errorf("a pod of higher priority is held off by a nomination: %v", passed)
 	}
 	// Bind chooses beside the room too: a bind the scheduler already decided on fails rather
 	// than take it.
-	p := createPod(t, ctx, client, testPod("small").neuron(1).obj())
+	p := createPod(t, ctx, client, testkit.MakePod().Name("small").Neuron(1).Obj())
 	if err := e.Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err == nil || !strings.Contains(err.Error(), "beside the pods nominated to it (default/big)") {
 		t.Errorf("bind of another pod into the held room: %v", err)
 	}
@@ -70,8 +72,8 @@ func TestNominatedPodsKeepTheirRoom(t *testing.T) {
 // their sets whole.
 func TestNominatedPodsShareTheNode(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	nominated(t, ctx, e, client, testPod("eight").neuron(8), "trn-empty")
-	four := createPod(t, ctx, client, testPod("four").neuron(4).obj())
+	nominated(t, ctx, e, client, testkit.MakePod().Name("eight").Neuron(8), "trn-empty")
+	four := createPod(t, ctx, client, testkit.MakePod().Name("four").Neuron(4).Obj())
 	if passed, failed, _ := e.Filter(ctx, four, []string{"trn-empty"}); len(passed) != 1 {
 		t.Fatalf("4 devices beside 8 held on 16: failed %v", failed)
 	}
@@ -84,8 +86,8 @@ func TestNominatedPodsShareTheNode(t *testing.T) {
 		t.Fatalf("the nominated pod lost its room: %v", err)
 	}
 	// Now 4 are left: a nomination that no longer fits holds nothing.
-	nominated(t, ctx, e, client, testPod("sixteen").neuron(16), "trn-empty")
-	if passed, failed, _ := e.Filter(ctx, testPod("last").neuron(4).obj(), []string{"trn-empty"}); len(passed) != 1 {
+	nominated(t, ctx, e, client, testkit.MakePod().Name("sixteen").Neuron(16), "trn-empty")
+	if passed, failed, _ := e.Filter(ctx, testkit.MakePod().Name("last").Neuron(4).Obj(), []string{"trn-empty"}); len(passed) != 1 {
 		t.Errorf("a nomination that cannot fit held the last 4 devices: %v", failed)
 	}
 }
@@ -94,10 +96,10 @@ func TestNominatedPodsShareTheNode(t *testing.T) {
 // record; its room is counted from the record, not held a second time.
 func TestNominatedPodWithARecordCountsOnce(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	b := testPod("binding").neuron(8).record("trn-empty", 0, 1, 2, 3, 4, 5, 6, 7)
-	b.p.Spec.NodeName = "" // the record is written, the binding not seen yet
+	b := testkit.MakePod().Name("binding").Neuron(8).Record(recordOn("trn-empty", 0, 1, 2, 3, 4, 5, 6, 7)).AllocTime(1)
+	b.Node("") // the record is written, the binding not seen yet
 	nominated(t, ctx, e, client, b, "trn-empty")
-	if passed, failed, _ := e.Filter(ctx, testPod("p").neuron(8).obj(), []string{"trn-empty"}); len(passed) != 1 {
+	if passed, failed, _ := e.Filter(ctx, testkit.MakePod().Name("p").Neuron(8).Obj(), []string{"trn-empty"}); len(passed) != 1 {
 		t.Errorf("8 devices are free beside the recorded 8: failed %v", failed)
 	}
 }
@@ -106,10 +108,10 @@ func TestNominatedPodWithARecordCountsOnce(t *testing.T) {
 // (kube-neuron.io/planned-node) stays off every other node while that node holds pods off with
 // kube-neuron.io/launching, and is free again once the node is released or gone.
 func TestPodWaitsForTheNodeLaunchedForIt(t *testing.T) {
-	launching := testNode("trn-launching").instanceType(trn1).obj()
+	launching := testkit.MakeNode().Name("trn-launching").InstanceType(trn1).Obj()
 	launching.Spec.Taints = []corev1.Taint{{Key: labels.LaunchingTaintKey, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	e, client, ctx := startExtender(t, append(cluster(), launching)...)
-	pod := testPod("planned").neuron(1).obj()
+	pod := testkit.MakePod().Name("planned").Neuron(1).Obj()
 	pod.Annotations[labels.PlannedNodeAnnotation] = "trn-launching"
 	passed, failed, _ := e.Filter(ctx, pod, []string{"trn-empty", "trn-launching"})
 	if !slices.Equal(passed, []string{"trn-launching"}) {
@@ -127,7 +129,7 @@ func TestPodWaitsForTheNodeLaunchedForIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the informer to show trn-stale", func() bool { _, err := e.nodes.Get("trn-stale"); return err == nil })
-	old := testPod("old-plan").neuron(1).obj()
+	old := testkit.MakePod().Name("old-plan").Neuron(1).Obj()
 	old.Annotations[labels.PlannedNodeAnnotation] = "trn-stale"
 	if passed, _, _ := e.Filter(ctx, old, []string{"trn-empty"}); len(passed) != 1 {
 		t.Errorf("a node launched an hour ago and never released kept the pod off trn-empty: %v", passed)
@@ -153,7 +155,7 @@ func TestPodWaitsForTheNodeLaunchedForIt(t *testing.T) {
 // the planned node ranks first, so that the pod does not take tighter room planned for another.
 func TestPrioritizeRanksThePlannedNodeFirst(t *testing.T) {
 	e, _, ctx := startExtender(t, cluster()...)
-	pod := testPod("planned").neuron(4).obj()
+	pod := testkit.MakePod().Name("planned").Neuron(4).Obj()
 	names := []string{"trn-partly", "trn-empty"}
 	scores := e.Prioritize(ctx, pod, names)
 	if scores[0] <= scores[1] {
@@ -172,11 +174,11 @@ func TestPrioritizeRanksThePlannedNodeFirst(t *testing.T) {
 // refused its own node, filtered 8 ms after the first one's bind).
 func TestNominatedPodJustBoundCountsOnce(t *testing.T) {
 	e, client, ctx := startExtender(t, cluster()...)
-	eight := nominated(t, ctx, e, client, testPod("eight").neuron(8), "trn-empty")
-	e.usageCache.remember("trn-empty", eight.UID, "default/eight", &allocation.Record{Node: "trn-empty", Containers: []allocation.Container{{
+	eight := nominated(t, ctx, e, client, testkit.MakePod().Name("eight").Neuron(8), "trn-empty")
+	e.scores.usage.remember("trn-empty", eight.UID, "default/eight", &allocation.Record{Node: "trn-empty", Containers: []allocation.Container{{
 		Name: "main", Resource: topology.ResourceNeuron, Devices: seqInts(0, 8), Cores: seqInts(0, 16),
 	}}})
-	if passed, failed, _ := e.Filter(ctx, testPod("p").neuron(8).obj(), []string{"trn-empty"}); len(passed) != 1 {
+	if passed, failed, _ := e.Filter(ctx, testkit.MakePod().Name("p").Neuron(8).Obj(), []string{"trn-empty"}); len(passed) != 1 {
 		t.Errorf("8 devices are free beside the decided 8: failed %v", failed)
 	}
 }

@@ -3,228 +3,226 @@ package extender
 import (
 	"context"
 	"fmt"
-	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 )
 
-// Bind decisions for a node are made by one replica at a time: the one that holds the node's
-// Lease (kube-neuron-bind-<node> in the lease namespace). The holder decides without writing
-// the Lease for ownWindow after each write of it, so a bind costs one write, the Binding; it
-// renews the Lease with its next decision after that.
-//
-// A replica that is asked to bind to a node another replica holds writes its name in the
-// Lease's handover-requested-by annotation. The holder notices it through its Lease informer,
-// stops deciding for the node, waits until the Bindings of its decisions have been answered,
-// and releases the Lease (holder empty, released-for naming the requester). A holder that does
-// not answer (it crashed) loses the Lease once this replica has seen it unchanged for the
-// Lease's duration. Either way the new holder then lists the node's pods from the API server
-// (a consistent read) and waits until its pod informer shows each of their allocation records
-// before it decides: it sees every decision made before it took the Lease.
-//
-// Timing keeps an expired holder harmless: it decides only within ownWindow of a write and
-// gives each Binding until postTimeout after the end of that window, both well inside the
-// leaseDuration another replica waits before taking the Lease.
-const (
-	leaseDuration   = 15 * time.Second
-	ownWindow       = 5 * time.Second
-	postTimeout     = 4 * time.Second
-	catchUpTimeout  = 5 * time.Second
-	handoverTimeout = leaseDuration + 5*time.Second
-	// yieldWindow: after a release for another replica, others leave the Lease to it this long.
-	yieldWindow = time.Second
-	// leasePoll is how often a replica waiting for a Lease looks at its informer's copy.
-	leasePoll = 5 * time.Millisecond
-)
+// owner runs this replica's side of the bind Lease protocol (lease.go): it makes sure the
+// replica holds a node's Lease before it decides for the node, and hands Leases over when other
+// replicas ask for them.
+type owner struct {
+	client    kubernetes.Interface
+	namespace string
+	identity  string
+	now       func() time.Time
+	writes    *prometheus.CounterVec // Lease writes by reason
+	// visible reports whether the pod informer shows how the decision for a pod with a record on
+	// the node ended (catchUp waits for it).
+	visible func(node string, pod *corev1.Pod) bool
+	leases  cache.Store // the Lease informer's
+	locks   nodeLocks
+	closing atomic.Bool // Shutdown began: no new decisions
 
-// Lease labels and annotations.
-const (
-	leaseLabel      = "app.kubernetes.io/managed-by"
-	leaseLabelValue = "neuron-scheduler-extender"
-	// nodeAnnotation names the node of a bind Lease (its name may be a hash of a long node name).
-	nodeAnnotation = "kube-neuron.io/node"
-	// handoverAnnotation names a replica that asks the holder to release the Lease.
-	handoverAnnotation = "kube-neuron.io/handover-requested-by"
-	// releasedForAnnotation names the replica a holder released the Lease for.
-	releasedForAnnotation = "kube-neuron.io/released-for"
-)
-
-// Annotations of earlier versions, which wrote the Lease for every decision; removed on write.
-var obsoleteLeaseAnnotations = []string{"kube-neuron.io/last-bind", "kube-neuron.io/pending-binds"}
-
-// hold is this replica's hold on a node's Lease.
-type hold struct {
-	lease *coordinationv1.Lease // as this replica's last write left it
-	until time.Time             // decisions need no write until then
+	mu        sync.Mutex
+	holds     map[string]*hold       // node -> this replica's hold on the node's Lease
+	inflight  map[string]int         // node -> Bindings of this replica's decisions still posting
+	observed  map[string]observation // node -> when this replica first saw the Lease's current holder and renewal
+	releasing map[string]bool        // node -> a release is under way
 }
 
-// observation is when this replica first saw a Lease's holder and renewal time as they are.
-type observation struct {
-	holder, renew string
-	at            time.Time
-}
-
-func holderOf(l *coordinationv1.Lease) string {
-	if l == nil || l.Spec.HolderIdentity == nil {
-		return ""
+func newOwner(o Options, writes *prometheus.CounterVec, visible func(string, *corev1.Pod) bool) *owner {
+	return &owner{
+		client: o.Client, namespace: o.LeaseNamespace, identity: o.Identity, now: o.Now, writes: writes, visible: visible,
+		locks: nodeLocks{m: map[string]*sync.Mutex{}},
+		holds: map[string]*hold{}, inflight: map[string]int{}, observed: map[string]observation{}, releasing: map[string]bool{},
 	}
-	return *l.Spec.HolderIdentity
 }
 
-func durationOf(l *coordinationv1.Lease) time.Duration {
-	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
-		return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+// informers returns the factory of the Lease informer, with the owner's handler added.
+func (o *owner) informers(ctx context.Context) (informers.SharedInformerFactory, error) {
+	f := informers.NewSharedInformerFactoryWithOptions(o.client, 0, informers.WithNamespace(o.namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = leaseLabel + "=" + leaseLabelValue }))
+	inf := f.Coordination().V1().Leases().Informer()
+	if _, err := inf.AddEventHandler(o.leaseHandler(ctx)); err != nil {
+		return nil, err
 	}
-	return leaseDuration
-}
-
-// nodeOfLease returns the node a bind Lease is for.
-func nodeOfLease(l *coordinationv1.Lease) string {
-	if n := l.Annotations[nodeAnnotation]; n != "" {
-		return n
-	}
-	return strings.TrimPrefix(l.Name, "kube-neuron-bind-")
+	o.leases = inf.GetStore()
+	return f, nil
 }
 
 // own makes sure this replica holds the node's Lease, and returns until when a Binding of a
 // decision made now may be posted. The caller holds the node's lock.
-func (e *Extender) own(ctx context.Context, node string) (time.Time, error) {
-	if e.closing.Load() {
+func (o *owner) own(ctx context.Context, node string) (time.Time, error) {
+	if o.closing.Load() {
 		return time.Time{}, fmt.Errorf("this extender replica is shutting down; the scheduler will retry the bind with another")
 	}
-	e.leasesMu.Lock()
-	h := e.holds[node]
-	e.leasesMu.Unlock()
-	if h != nil && e.o.Now().Before(h.until) {
-		return h.until.Add(postTimeout), nil
+	if deadline, ok, err := o.keepHold(ctx, node); ok || err != nil {
+		return deadline, err
 	}
-	if h != nil {
-		// Renew with this replica's last copy: the write succeeds only if nobody touched the
-		// Lease since; otherwise the loop below finds out why.
-		if err := e.writeHold(ctx, node, h.lease, "renew"); err == nil {
-			return e.holdDeadline(node), nil
-		} else if !apierrors.IsConflict(err) {
-			return time.Time{}, err
-		}
-	}
-	deadline := e.o.Now().Add(handoverTimeout)
-	var fresh *coordinationv1.Lease
+	giveUp := o.now().Add(handoverTimeout)
+	var l *coordinationv1.Lease
 	for {
-		l := fresh
-		fresh = nil
 		if l == nil {
 			var created bool
 			var err error
-			if l, created, err = e.currentLease(ctx, node); err != nil {
+			if l, created, err = o.currentLease(ctx, node); err != nil {
 				return time.Time{}, err
 			}
 			if created {
-				if err := e.catchUp(ctx, node); err != nil {
-					e.dropHold(node)
-					return time.Time{}, err
-				}
-				return e.holdDeadline(node), nil
+				return o.caughtUp(ctx, node)
 			}
 		}
-		holder := holderOf(l)
-		if holder != e.o.Identity {
-			e.dropHold(node)
-		}
-		var err error
+		owned, next, err := o.step(ctx, node, l)
 		switch {
-		case holder == e.o.Identity && e.hasHold(node):
-			if req := l.Annotations[handoverAnnotation]; req != "" && req != e.o.Identity {
-				// Another replica asked first: let it have the node, then ask for it back.
-				if fresh, err = e.releaseLocked(ctx, node, l); err == nil {
-					continue
-				}
-				break
-			}
-			if err = e.writeHold(ctx, node, l, "renew"); err == nil {
-				return e.holdDeadline(node), nil
-			}
-		case holder == "" || holder == e.o.Identity || e.expired(node, l):
-			// holder == e.o.Identity without a hold: a write of this replica landed after it
-			// gave up on it. Take the Lease as if it were another replica's.
-			if to := l.Annotations[releasedForAnnotation]; holder == "" && to != "" && to != e.o.Identity && !e.expiredAfter(node, l, yieldWindow) {
-				break // released for another replica: give it a moment to take it
-			}
-			if err = e.writeHold(ctx, node, l, "acquire"); err == nil {
-				if err = e.catchUp(ctx, node); err != nil {
-					e.dropHold(node)
-					return time.Time{}, err
-				}
-				return e.holdDeadline(node), nil
-			}
-		default:
-			if l.Annotations[handoverAnnotation] != e.o.Identity {
-				err = e.requestHandover(ctx, l)
-			}
-		}
-		if apierrors.IsConflict(err) {
+		case owned && err == nil:
+			return o.holdDeadline(node), nil
+		case next != nil && err == nil:
+			l = next // released for another replica: look again at once
+			continue
+		case apierrors.IsConflict(err):
 			// Read the Lease again: the informer may not show the change that won yet.
-			if got, gerr := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace).Get(ctx, l.Name, metav1.GetOptions{}); gerr == nil {
-				e.observe(node, got)
-				fresh = got
-			}
-		} else if err != nil {
+			next = o.reread(ctx, node, l)
+		case err != nil:
 			return time.Time{}, err
 		}
-		if e.o.Now().After(deadline) {
+		if o.now().After(giveUp) {
 			return time.Time{}, fmt.Errorf("node %s is held by extender replica %q, which neither released it nor let it expire within %v; the scheduler will retry", node, holderOf(l), handoverTimeout)
 		}
-		if fresh == nil {
-			select {
-			case <-ctx.Done():
-				return time.Time{}, ctx.Err()
-			case <-time.After(leasePoll):
+		if next == nil {
+			if err := pause(ctx, leasePoll); err != nil {
+				return time.Time{}, err
 			}
 		}
+		l = next
 	}
 }
 
-func (e *Extender) hasHold(node string) bool {
-	e.leasesMu.Lock()
-	defer e.leasesMu.Unlock()
-	return e.holds[node] != nil
+// keepHold answers own from this replica's hold on the node's Lease, when it has one: within
+// ownWindow of its last write, or after a renewal of the copy it wrote (ok). A renewal that
+// conflicts (somebody wrote the Lease since) leaves it to own's loop to find out why.
+func (o *owner) keepHold(ctx context.Context, node string) (deadline time.Time, ok bool, err error) {
+	o.mu.Lock()
+	h := o.holds[node]
+	o.mu.Unlock()
+	switch {
+	case h == nil:
+		return time.Time{}, false, nil
+	case o.now().Before(h.until):
+		return h.until.Add(postTimeout), true, nil
+	}
+	// Renew with this replica's last copy: the write succeeds only if nobody touched the Lease
+	// since.
+	switch err := o.writeHold(ctx, node, h.lease, "renew"); {
+	case err == nil:
+		return o.holdDeadline(node), true, nil
+	case apierrors.IsConflict(err):
+		return time.Time{}, false, nil
+	default:
+		return time.Time{}, false, err
+	}
 }
 
-func (e *Extender) dropHold(node string) {
-	e.leasesMu.Lock()
-	delete(e.holds, node)
-	e.leasesMu.Unlock()
+// step makes the move nextMove chooses for Lease l. owned reports that this replica now holds
+// the Lease and has caught up with the node; released is the Lease as this replica released it
+// for another one. An error that is a conflict means the Lease changed since l.
+func (o *owner) step(ctx context.Context, node string, l *coordinationv1.Lease) (owned bool, released *coordinationv1.Lease, err error) {
+	if holderOf(l) != o.identity {
+		o.dropHold(node)
+	}
+	switch nextMove(o.identity, l, o.hasHold(node), o.unchanged(node, l)) {
+	case renewLease:
+		return true, nil, o.writeHold(ctx, node, l, "renew")
+	case takeLease:
+		if err := o.writeHold(ctx, node, l, "acquire"); err != nil {
+			return false, nil, err
+		}
+		if _, err := o.caughtUp(ctx, node); err != nil {
+			return false, nil, err
+		}
+		return true, nil, nil
+	case yieldLease:
+		// Another replica asked first: let it have the node, then ask for it back.
+		released, err := o.releaseLocked(ctx, node, l)
+		return false, released, err
+	case askForLease:
+		return false, nil, o.requestHandover(ctx, l)
+	default: // leaveLease, awaitLease
+		return false, nil, nil
+	}
 }
 
-func (e *Extender) holdDeadline(node string) time.Time {
-	e.leasesMu.Lock()
-	defer e.leasesMu.Unlock()
-	if h := e.holds[node]; h != nil {
+// caughtUp waits for the decisions of the Lease's previous holders (catchUp) and returns until
+// when this replica's Bindings may be posted; it drops the hold when the wait fails.
+func (o *owner) caughtUp(ctx context.Context, node string) (time.Time, error) {
+	if err := o.catchUp(ctx, node); err != nil {
+		o.dropHold(node)
+		return time.Time{}, err
+	}
+	return o.holdDeadline(node), nil
+}
+
+// reread returns the Lease as the API server has it now, nil when it cannot be read.
+func (o *owner) reread(ctx context.Context, node string, l *coordinationv1.Lease) *coordinationv1.Lease {
+	got, err := o.client.CoordinationV1().Leases(o.namespace).Get(ctx, l.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	o.observe(node, got)
+	return got
+}
+
+func (o *owner) hasHold(node string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.holds[node] != nil
+}
+
+func (o *owner) dropHold(node string) {
+	o.mu.Lock()
+	delete(o.holds, node)
+	o.mu.Unlock()
+}
+
+func (o *owner) setHold(node string, l *coordinationv1.Lease, start time.Time) {
+	o.mu.Lock()
+	o.holds[node] = &hold{lease: l, until: start.Add(ownWindow)}
+	o.mu.Unlock()
+}
+
+func (o *owner) holdDeadline(node string) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if h := o.holds[node]; h != nil {
 		return h.until.Add(postTimeout)
 	}
-	return e.o.Now().Add(postTimeout)
+	return o.now().Add(postTimeout)
 }
 
 // writeHold writes the Lease with this replica as holder, based on base (whose resourceVersion
 // is the precondition), and holds it from the time the write was sent.
-func (e *Extender) writeHold(ctx context.Context, node string, base *coordinationv1.Lease, reason string) error {
+func (o *owner) writeHold(ctx context.Context, node string, base *coordinationv1.Lease, reason string) error {
 	next := base.DeepCopy()
-	start := e.o.Now()
+	start := o.now()
 	now := metav1.NewMicroTime(start)
-	if holderOf(base) != e.o.Identity {
+	if holderOf(base) != o.identity {
 		next.Spec.AcquireTime = &now
 		next.Spec.LeaseTransitions = ptr.To(ptr.Deref(base.Spec.LeaseTransitions, 0) + 1)
 	}
-	next.Spec.HolderIdentity = ptr.To(e.o.Identity)
+	next.Spec.HolderIdentity = ptr.To(o.identity)
 	next.Spec.LeaseDurationSeconds = ptr.To(int32(leaseDuration / time.Second))
 	next.Spec.RenewTime = &now
 	if reason == "acquire" {
@@ -235,183 +233,29 @@ func (e *Extender) writeHold(ctx context.Context, node string, base *coordinatio
 	for _, k := range obsoleteLeaseAnnotations {
 		delete(next.Annotations, k)
 	}
-	updated, err := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: "neuron-scheduler-extender"})
+	updated, err := o.client.CoordinationV1().Leases(o.namespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: "neuron-scheduler-extender"})
 	if err != nil {
 		if !apierrors.IsConflict(err) {
-			err = fmt.Errorf("updating the bind lease of node %s in namespace %s (check the extender's RBAC for leases): %w", node, e.o.LeaseNamespace, err)
+			err = fmt.Errorf("updating the bind lease of node %s in namespace %s (check the extender's RBAC for leases): %w", node, o.namespace, err)
 		}
 		return err
 	}
-	e.metrics.leaseWrites.WithLabelValues(reason).Inc()
-	e.observe(node, updated)
-	e.leasesMu.Lock()
-	e.holds[node] = &hold{lease: updated, until: start.Add(ownWindow)}
-	e.leasesMu.Unlock()
+	o.writes.WithLabelValues(reason).Inc()
+	o.observe(node, updated)
+	o.setHold(node, updated, start)
 	return nil
-}
-
-// requestHandover asks the Lease's holder to release it.
-func (e *Extender) requestHandover(ctx context.Context, l *coordinationv1.Lease) error {
-	next := l.DeepCopy()
-	if next.Annotations == nil {
-		next.Annotations = map[string]string{}
-	}
-	next.Annotations[handoverAnnotation] = e.o.Identity
-	_, err := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: "neuron-scheduler-extender"})
-	if err == nil {
-		e.metrics.leaseWrites.WithLabelValues("request").Inc()
-	} else if !apierrors.IsConflict(err) {
-		err = fmt.Errorf("asking for the bind lease of node %s in namespace %s: %w", nodeOfLease(l), e.o.LeaseNamespace, err)
-	}
-	return err
-}
-
-// releaseLocked gives the node's Lease up: no new decision, and once every Binding of this
-// replica's decisions for the node has been answered, the Lease without holder. The caller holds
-// the node's lock; base is a recent copy of the Lease.
-func (e *Extender) releaseLocked(ctx context.Context, node string, base *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	e.dropHold(node)
-	for wait := e.o.Now().Add(postTimeout + time.Second); e.inflightBinds(node) > 0 && e.o.Now().Before(wait); {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
-	}
-	leases := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace)
-	for attempt := 0; ; attempt++ {
-		if holderOf(base) != e.o.Identity {
-			return base, nil // taken over already (this replica was too slow)
-		}
-		next := base.DeepCopy()
-		next.Spec.HolderIdentity = nil
-		next.Spec.RenewTime = ptr.To(metav1.NewMicroTime(e.o.Now()))
-		if next.Annotations == nil {
-			next.Annotations = map[string]string{}
-		}
-		if to := next.Annotations[handoverAnnotation]; to != "" {
-			next.Annotations[releasedForAnnotation] = to
-		}
-		delete(next.Annotations, handoverAnnotation)
-		updated, err := leases.Update(ctx, next, metav1.UpdateOptions{FieldManager: "neuron-scheduler-extender"})
-		if err == nil {
-			e.metrics.leaseWrites.WithLabelValues("release").Inc()
-			e.observe(node, updated)
-			klog.FromContext(ctx).V(3).Info("Released the bind lease", "node", node, "for", next.Annotations[releasedForAnnotation])
-			return updated, nil
-		}
-		if !apierrors.IsConflict(err) || attempt == 4 {
-			return nil, fmt.Errorf("releasing the bind lease of node %s: %w", node, err)
-		}
-		if base, err = leases.Get(ctx, base.Name, metav1.GetOptions{}); err != nil {
-			return nil, fmt.Errorf("releasing the bind lease of node %s: %w", node, err)
-		}
-	}
-}
-
-// release releases the node's Lease if this replica still holds it (from the Lease informer,
-// when another replica asks for it).
-func (e *Extender) release(ctx context.Context, node string) {
-	defer func() {
-		e.leasesMu.Lock()
-		delete(e.releasing, node)
-		e.leasesMu.Unlock()
-	}()
-	lock := e.nodeLock(node)
-	lock.Lock()
-	defer lock.Unlock()
-	if !e.hasHold(node) {
-		return
-	}
-	l, err := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace).Get(ctx, LeaseName(node), metav1.GetOptions{})
-	if err == nil {
-		_, err = e.releaseLocked(ctx, node, l)
-	}
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Could not release the bind lease; the other replica takes it when it expires", "node", node)
-	}
-}
-
-// Shutdown releases every Lease this replica holds, after the Bindings in flight have been
-// answered, so that another replica (or this one restarted) can take the nodes over at once.
-func (e *Extender) Shutdown(ctx context.Context) {
-	e.closing.Store(true)
-	e.leasesMu.Lock()
-	nodes := make([]string, 0, len(e.holds))
-	for n := range e.holds {
-		nodes = append(nodes, n)
-	}
-	e.leasesMu.Unlock()
-	for _, n := range nodes {
-		e.release(ctx, n)
-	}
-}
-
-// leaseHandler watches the bind Leases: it notes when each was seen as it is (for expiry) and
-// releases a Lease this replica holds when another replica asks for it.
-func (e *Extender) leaseHandler(ctx context.Context) cache.ResourceEventHandler {
-	on := func(obj any) {
-		l, ok := obj.(*coordinationv1.Lease)
-		if !ok {
-			return
-		}
-		node := nodeOfLease(l)
-		e.observe(node, l)
-		req := l.Annotations[handoverAnnotation]
-		if holderOf(l) != e.o.Identity || req == "" || req == e.o.Identity {
-			return
-		}
-		e.leasesMu.Lock()
-		start := e.holds[node] != nil && !e.releasing[node]
-		if start {
-			e.releasing[node] = true
-		}
-		e.leasesMu.Unlock()
-		if start {
-			go e.release(context.WithoutCancel(ctx), node)
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, obj any) { on(obj) }}
-}
-
-// observe notes when this replica first saw the Lease's holder and renewal time.
-func (e *Extender) observe(node string, l *coordinationv1.Lease) {
-	renew := ""
-	if l.Spec.RenewTime != nil {
-		renew = l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
-	}
-	e.leasesMu.Lock()
-	defer e.leasesMu.Unlock()
-	if o, ok := e.observed[node]; ok && o.holder == holderOf(l) && o.renew == renew {
-		return
-	}
-	e.observed[node] = observation{holder: holderOf(l), renew: renew, at: e.o.Now()}
-}
-
-// expired reports whether this replica has seen the Lease unchanged for its duration: its
-// holder, if alive, has stopped deciding and its Bindings have been answered. Only this
-// replica's clock is used.
-func (e *Extender) expired(node string, l *coordinationv1.Lease) bool {
-	return e.expiredAfter(node, l, durationOf(l))
-}
-
-func (e *Extender) expiredAfter(node string, l *coordinationv1.Lease, d time.Duration) bool {
-	e.observe(node, l)
-	e.leasesMu.Lock()
-	defer e.leasesMu.Unlock()
-	return e.o.Now().Sub(e.observed[node].at) > d
 }
 
 // currentLease returns the node's Lease as the informer shows it, else read; a node that has
 // none yet gets one held by this replica (created reports that).
-func (e *Extender) currentLease(ctx context.Context, node string) (l *coordinationv1.Lease, created bool, err error) {
+func (o *owner) currentLease(ctx context.Context, node string) (l *coordinationv1.Lease, created bool, err error) {
 	name := LeaseName(node)
-	if obj, ok, _ := e.leaseInf.GetStore().GetByKey(e.o.LeaseNamespace + "/" + name); ok {
+	if obj, ok, _ := o.leases.GetByKey(o.namespace + "/" + name); ok {
 		return obj.(*coordinationv1.Lease), false, nil
 	}
 	// The informer has synced: a Lease it does not show most likely does not exist yet.
-	leases := e.o.Client.CoordinationV1().Leases(e.o.LeaseNamespace)
-	start := e.o.Now()
+	leases := o.client.CoordinationV1().Leases(o.namespace)
+	start := o.now()
 	now := metav1.NewMicroTime(start)
 	l, err = leases.Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
@@ -420,78 +264,134 @@ func (e *Extender) currentLease(ctx context.Context, node string) (l *coordinati
 			Annotations: map[string]string{nodeAnnotation: node},
 		},
 		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity:       ptr.To(e.o.Identity),
+			HolderIdentity:       ptr.To(o.identity),
 			LeaseDurationSeconds: ptr.To(int32(leaseDuration / time.Second)),
 			AcquireTime:          &now,
 			RenewTime:            &now,
 		},
 	}, metav1.CreateOptions{FieldManager: "neuron-scheduler-extender"})
 	if err == nil {
-		e.metrics.leaseWrites.WithLabelValues("acquire").Inc()
-		e.observe(node, l)
-		e.leasesMu.Lock()
-		e.holds[node] = &hold{lease: l, until: start.Add(ownWindow)}
-		e.leasesMu.Unlock()
+		o.writes.WithLabelValues("acquire").Inc()
+		o.observe(node, l)
+		o.setHold(node, l, start)
 		return l, true, nil
 	}
 	if apierrors.IsAlreadyExists(err) {
 		l, err = leases.Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("reading the bind lease of node %s in namespace %s (check the extender's RBAC for leases): %w", node, e.o.LeaseNamespace, err)
+		return nil, false, fmt.Errorf("reading the bind lease of node %s in namespace %s (check the extender's RBAC for leases): %w", node, o.namespace, err)
 	}
-	e.observe(node, l)
+	o.observe(node, l)
 	return l, false, nil
+}
+
+// observe notes when this replica first saw the Lease's holder and renewal time.
+func (o *owner) observe(node string, l *coordinationv1.Lease) {
+	renew := ""
+	if l.Spec.RenewTime != nil {
+		renew = l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if ob, ok := o.observed[node]; ok && ob.holder == holderOf(l) && ob.renew == renew {
+		return
+	}
+	o.observed[node] = observation{holder: holderOf(l), renew: renew, at: o.now()}
+}
+
+// unchanged returns how long this replica has seen the Lease's holder and renewal time as they
+// are in l. Only this replica's clock is used: a holder silent for the Lease's duration, if
+// alive, has stopped deciding and its Bindings have been answered.
+func (o *owner) unchanged(node string, l *coordinationv1.Lease) time.Duration {
+	o.observe(node, l)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.now().Sub(o.observed[node].at)
 }
 
 // catchUp waits until the pod informer shows every allocation record on the node that the API
 // server has now: decisions made by the Lease's previous holders.
-func (e *Extender) catchUp(ctx context.Context, node string) error {
-	list, err := e.o.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+func (o *owner) catchUp(ctx context.Context, node string) error {
+	list, err := o.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
 	})
 	if err != nil {
 		return fmt.Errorf("listing the pods of node %s after taking its bind lease: %w", node, err)
 	}
-	deadline := e.o.Now().Add(catchUpTimeout)
+	deadline := o.now().Add(catchUpTimeout)
 	for i := range list.Items {
 		p := &list.Items[i]
-		if p.Spec.NodeName != node || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if !recordedOn(p, node) {
 			continue
 		}
-		if r, err := allocation.RecordOf(p); err != nil || r == nil || r.Node != node {
-			continue
-		}
-		for !e.bindVisible(node, p.Namespace, p.Name, p.UID) {
-			if e.o.Now().After(deadline) {
+		for !o.visible(node, p) {
+			if o.now().After(deadline) {
 				return fmt.Errorf("%w: the extender's cache does not show pod %s/%s on node %s yet", errRetry, p.Namespace, p.Name, node)
 			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(leasePoll):
+			if err := pause(ctx, leasePoll); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
-func (e *Extender) startBind(node string) {
-	e.leasesMu.Lock()
-	e.inflight[node]++
-	e.leasesMu.Unlock()
-}
-
-func (e *Extender) endBind(node string) {
-	e.leasesMu.Lock()
-	if e.inflight[node]--; e.inflight[node] <= 0 {
-		delete(e.inflight, node)
+// recordedOn reports whether the pod, as listed from the API server, is bound to the node with
+// an allocation record for it and still holds its devices.
+func recordedOn(p *corev1.Pod, node string) bool {
+	if p.Spec.NodeName != node || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
 	}
-	e.leasesMu.Unlock()
+	r, err := allocation.RecordOf(p)
+	return err == nil && r != nil && r.Node == node
 }
 
-func (e *Extender) inflightBinds(node string) int {
-	e.leasesMu.Lock()
-	defer e.leasesMu.Unlock()
-	return e.inflight[node]
+// startBind counts a Binding of this replica's decisions for the node as posting: a release
+// waits for it.
+func (o *owner) startBind(node string) {
+	o.mu.Lock()
+	o.inflight[node]++
+	o.mu.Unlock()
+}
+
+func (o *owner) endBind(node string) {
+	o.mu.Lock()
+	if o.inflight[node]--; o.inflight[node] <= 0 {
+		delete(o.inflight, node)
+	}
+	o.mu.Unlock()
+}
+
+func (o *owner) inflightBinds(node string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.inflight[node]
+}
+
+// nodeLocks serialise the decisions for each node, and a release of its Lease with them.
+type nodeLocks struct {
+	mu sync.Mutex
+	m  map[string]*sync.Mutex
+}
+
+func (l *nodeLocks) of(node string) *sync.Mutex {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m, ok := l.m[node]
+	if !ok {
+		m = &sync.Mutex{}
+		l.m[node] = m
+	}
+	return m
+}
+
+// pause waits for d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }

@@ -15,28 +15,15 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 )
 
-// clock is a settable time for Options.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Unix(1_800_000_000, 0)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Step(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+// newClock returns a fake clock for Options.Now: time moves only when the test steps it.
+func newClock() *testingclock.FakeClock {
+	return testingclock.NewFakeClock(time.Unix(1_800_000_000, 0))
 }
 
 var leasesResource = coordinationv1.SchemeGroupVersion.WithResource("leases")
@@ -99,7 +86,7 @@ func (w *leaseWrites) count() int {
 
 // replicas starts n extenders (identities r0, r1, ...) on one fake API server with the cluster's
 // nodes, each with its own context (cancelling one is a crash: no release).
-func replicas(t *testing.T, n int, clk *clock) ([]*Extender, []context.CancelFunc, *fake.Clientset, *leaseWrites) {
+func replicas(t *testing.T, n int, clk *testingclock.FakeClock) ([]*Extender, []context.CancelFunc, *fake.Clientset, *leaseWrites) {
 	t.Helper()
 	client := fake.NewClientset(cluster()...)
 	emulateBinding(client)
@@ -170,7 +157,7 @@ func TestHolderBindsWithoutWritingTheLease(t *testing.T) {
 	r, _, client, writes := replicas(t, 1, clk)
 	ctx := context.Background()
 	for i := range 4 {
-		p := createPod(t, ctx, client, testPod("p"+strconv.Itoa(i)).neuron(1).obj())
+		p := createPod(t, ctx, client, testkit.MakePod().Name("p"+strconv.Itoa(i)).Neuron(1).Obj())
 		if err := r[0].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +166,7 @@ func TestHolderBindsWithoutWritingTheLease(t *testing.T) {
 		t.Errorf("4 binds wrote the Lease %d times, want 1 (creating it, held)", n)
 	}
 	clk.Step(ownWindow + time.Millisecond)
-	p := createPod(t, ctx, client, testPod("later").neuron(1).obj())
+	p := createPod(t, ctx, client, testkit.MakePod().Name("later").Neuron(1).Obj())
 	if err := r[0].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +189,7 @@ func TestHandoverBetweenReplicas(t *testing.T) {
 	ctx := context.Background()
 	var pods []string
 	for i := range 4 {
-		p := createPod(t, ctx, client, testPod("p"+strconv.Itoa(i)).neuron(4).obj())
+		p := createPod(t, ctx, client, testkit.MakePod().Name("p"+strconv.Itoa(i)).Neuron(4).Obj())
 		pods = append(pods, p.Name)
 		// Alternate replicas: every bind is a handover.
 		if err := r[i%2].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err != nil {
@@ -237,7 +224,7 @@ func TestConcurrentBindsFromTwoReplicas(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		p := createPod(t, ctx, client, testPod("c"+strconv.Itoa(i)).neuron(1).obj())
+		p := createPod(t, ctx, client, testkit.MakePod().Name("c"+strconv.Itoa(i)).Neuron(1).Obj())
 		wg.Go(func() { errs[i] = r[i%2].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty") })
 	}
 	wg.Wait()
@@ -264,15 +251,20 @@ func TestTakeoverAfterExpiry(t *testing.T) {
 	clk := newClock()
 	r, cancels, client, _ := replicas(t, 2, clk)
 	ctx := context.Background()
-	p := createPod(t, ctx, client, testPod("first").neuron(8).obj())
+	p := createPod(t, ctx, client, testkit.MakePod().Name("first").Neuron(8).Obj())
 	if err := r[0].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
 	cancels[0]() // r0 crashes while holding the Lease
-	q := createPod(t, ctx, client, testPod("second").neuron(8).obj())
+	q := createPod(t, ctx, client, testkit.MakePod().Name("second").Neuron(8).Obj())
 	done := make(chan error, 1)
 	go func() { done <- r[1].Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty") }()
-	time.Sleep(200 * time.Millisecond)
+	// r1 asks r0 for the Lease only once it has judged the Lease not expired; the clock stands
+	// still until the test steps it, so r1 cannot judge otherwise meanwhile.
+	waitFor(t, 5*time.Second, "r1 to ask r0 for the Lease", func() bool {
+		l, err := client.CoordinationV1().Leases("kube-system").Get(ctx, LeaseName("trn-empty"), metav1.GetOptions{})
+		return err == nil && l.Annotations[handoverAnnotation] == "r1"
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("r1 bound before r0's Lease expired (err %v)", err)
@@ -304,7 +296,7 @@ func TestShutdownReleases(t *testing.T) {
 	clk := newClock()
 	r, _, client, _ := replicas(t, 2, clk)
 	ctx := context.Background()
-	p := createPod(t, ctx, client, testPod("first").neuron(4).obj())
+	p := createPod(t, ctx, client, testkit.MakePod().Name("first").Neuron(4).Obj())
 	if err := r[0].Bind(ctx, p.Namespace, p.Name, p.UID, "trn-empty"); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +304,7 @@ func TestShutdownReleases(t *testing.T) {
 	if h := holderOn(t, client, "trn-empty"); h != "" {
 		t.Fatalf("holder %q after shutdown, want none", h)
 	}
-	q := createPod(t, ctx, client, testPod("second").neuron(4).obj())
+	q := createPod(t, ctx, client, testkit.MakePod().Name("second").Neuron(4).Obj())
 	if err := r[1].Bind(ctx, q.Namespace, q.Name, q.UID, "trn-empty"); err != nil { // the clock does not move: no expiry
 		t.Fatal(err)
 	}
@@ -327,7 +319,7 @@ func TestLateDecisionIsNotPosted(t *testing.T) {
 	clk := newClock()
 	r, _, client, _ := replicas(t, 1, clk)
 	ctx := context.Background()
-	p := createPod(t, ctx, client, testPod("late").neuron(4).obj())
+	p := createPod(t, ctx, client, testkit.MakePod().Name("late").Neuron(4).Obj())
 	post, err := r[0].decide(ctx, p.Namespace, p.Name, p.UID, "trn-empty")
 	if err != nil {
 		t.Fatal(err)
@@ -341,13 +333,13 @@ func TestLateDecisionIsNotPosted(t *testing.T) {
 			t.Fatal("a Binding was sent for the late decision")
 		}
 	}
-	r[0].usageCache.mu.Lock()
-	left := len(r[0].usageCache.recent["trn-empty"][p.UID])
-	r[0].usageCache.mu.Unlock()
+	r[0].scores.usage.mu.Lock()
+	left := len(r[0].scores.usage.recent["trn-empty"][p.UID])
+	r[0].scores.usage.mu.Unlock()
 	if left != 0 {
 		t.Error("the late decision still counts in the usage")
 	}
-	if n := r[0].inflightBinds("trn-empty"); n != 0 {
+	if n := r[0].owner.inflightBinds("trn-empty"); n != 0 {
 		t.Errorf("%d Bindings in flight", n)
 	}
 	// Deciding again renews the Lease and binds.

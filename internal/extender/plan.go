@@ -1,8 +1,9 @@
 // Package extender is neuron-scheduler-extender: the kube-scheduler HTTP extender that filters
 // and scores nodes with the topology engine and binds pods with an allocation record naming
 // their devices. Decisions are plain functions: allocation.PodRequests and allocation.Plan (shared
-// with the autoscaler) and those of this file; extender.go keeps the state
-// (informers, per-node bind leases) and server.go speaks HTTP.
+// with the autoscaler), those of this file, and nextMove (lease.go) for the bind Leases. The
+// Extender (extender.go) composes three parts with their own state: scorer places pods over each
+// node's usage, owner runs the per-node bind Lease protocol, and api speaks HTTP.
 package extender
 
 import (

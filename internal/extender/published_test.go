@@ -12,26 +12,22 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // publishedPod is a running pod as the published Neuron stack leaves it on node: its ids in
 // AWS_NEURON_IDS, no kube-neuron.io/allocation record.
 func publishedPod(name, node, res string, count int, ids string) *corev1.Pod {
-	p := testPod(name).container("main", res, count).obj()
-	p.Spec.NodeName = node
-	p.Status.Phase = corev1.PodRunning
-	p.Annotations[allocation.AWSNeuronIDs] = ids
-	p.Annotations[allocation.AllocTime] = "1"
-	p.Annotations[allocation.Allocated] = "true"
-	return p
+	return testkit.MakePod().Name(name).Container("main", res, int64(count)).Node(node).Running().
+		Annotation(allocation.AWSNeuronIDs, ids).Annotation(allocation.Allocated, "true").AllocTime(1).Obj()
 }
 
 // TestPublishedPodsCount: a node taken over from the published stack, with two running pods
 // that have only its annotations and the published extension's stale usage maps on the node:
 // new pods never get their devices or cores, and the node fills exactly up to what is free.
 func TestPublishedPodsCount(t *testing.T) {
-	n := testNode("taken-over").instanceType(trn1).obj()
+	n := testkit.MakeNode().Name("taken-over").InstanceType(trn1).Obj()
 	n.Annotations = map[string]string{
 		allocation.DevUsageMap:  "true,true,nonsense",
 		allocation.CoreUsageMap: "",
@@ -44,7 +40,7 @@ func TestPublishedPodsCount(t *testing.T) {
 	// Devices 0-3 and device 4 (cores 8, 9) are held: 11 single devices are free.
 	taken := map[int]string{0: "legacy-devices", 1: "legacy-devices", 2: "legacy-devices", 3: "legacy-devices", 4: "legacy-cores"}
 	for i := range 12 {
-		pod := createPod(t, ctx, client, testPod(fmt.Sprintf("new-%d", i)).neuron(1).obj())
+		pod := createPod(t, ctx, client, testkit.MakePod().Name(fmt.Sprintf("new-%d", i)).Neuron(1).Obj())
 		waitFor(t, 5*time.Second, "the informer to have the pod", func() bool {
 			_, ok, _ := e.pods.GetStore().GetByKey(pod.Namespace + "/" + pod.Name)
 			return ok
@@ -83,7 +79,7 @@ func TestPublishedPodsCount(t *testing.T) {
 // TestMirrorMarksItsMaps: the mirror overwrites the published extension's stale maps with maps
 // computed from pods (published pods included) and marks them as kube-neuron's.
 func TestMirrorMarksItsMaps(t *testing.T) {
-	n := testNode("taken-over").instanceType(inf2).obj()
+	n := testkit.MakeNode().Name("taken-over").InstanceType(inf2).Obj()
 	n.Annotations = map[string]string{allocation.DevUsageMap: "stale", allocation.CoreUsageMap: "true"}
 	e, client, ctx := startExtender(t, n, publishedPod("legacy", "taken-over", topology.ResourceNeuron, 2, "0,1"))
 	node, err := e.nodes.Get("taken-over")

@@ -1,18 +1,16 @@
 package extender
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"sync"
-	"time"
+	"sync/atomic"
 
 	jsonv1 "github.com/go-json-experiment/json/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -23,67 +21,115 @@ import (
 // 5,000 names and a large pod fit well below this.
 const MaxBodyBytes = 8 << 20
 
+// verbs are what the HTTP layer serves: the Extender's.
+type verbs interface {
+	Filter(ctx context.Context, pod *corev1.Pod, names []string) (passed []string, failed, unresolvable map[string]string)
+	// prioritize is Prioritize, and the best score the pod gets on a whole node (relativeScores).
+	prioritize(ctx context.Context, pod *corev1.Pod, names []string) ([]int64, int64)
+	Bind(ctx context.Context, ns, name string, uid types.UID, node string) error
+	// Ready reports whether the caches have synced: no verb is answered before.
+	Ready() bool
+	// internName returns the string of a node name the extender knows, without allocating.
+	internName(b []byte) (string, bool)
+}
+
+var _ verbs = (*Extender)(nil)
+
+// api is the HTTP layer: routes, request decoding, errors. It keeps what one request leaves for
+// the next: the pods and node names filter decoded, which prioritize is sent again.
+type api struct {
+	core     verbs
+	registry *prometheus.Registry
+	// argPods and lastPassed spare prioritize decoding what filter decoded (see reuse).
+	argPods    podMemo
+	lastPassed atomic.Pointer[[]string]
+}
+
 // Handler serves filter, prioritize and bind, /healthz, /readyz and /metrics.
-func (e *Extender) Handler(ctx context.Context) http.Handler {
+func (e *Extender) Handler(ctx context.Context) http.Handler { return e.api.handler(ctx) }
+
+// MetricsHandler serves /metrics, /healthz and /readyz only: ServeOptions.MetricsAddress.
+func (e *Extender) MetricsHandler() http.Handler { return e.api.metricsHandler() }
+
+// prioritize is Prioritize, and also returns the best score the pod would get on a whole node:
+// see relativeScores.
+func (e *Extender) prioritize(ctx context.Context, pod *corev1.Pod, names []string) ([]int64, int64) {
+	return e.scores.prioritize(ctx, pod, names)
+}
+
+// internName returns the name of a node the node informer delivered, without allocating.
+func (e *Extender) internName(b []byte) (string, bool) { return e.scores.shapes.intern(b) }
+
+// handler serves filter, prioritize and bind, /healthz, /readyz and /metrics.
+func (a *api) handler(ctx context.Context) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/filter", e.serve(ctx, "filter", func(ctx context.Context, body []byte) (any, error) {
-		args, err := decodeArgs(body, reuse{intern: e.internName, pods: &e.argPods})
-		if err != nil {
-			return nil, err
-		}
-		if args.pod == nil {
-			return &extenderv1.ExtenderFilterResult{Error: "the request names no pod"}, nil
-		}
-		passed, failed, unresolvable := e.Filter(ctx, args.pod, args.names)
-		e.lastPassed.Store(&passed)
-		return &extenderv1.ExtenderFilterResult{NodeNames: &passed, FailedNodes: failed, FailedAndUnresolvableNodes: unresolvable}, nil
-	}))
-	mux.HandleFunc("/prioritize", e.serve(ctx, "prioritize", func(ctx context.Context, body []byte) (any, error) {
-		// The scheduler sends prioritize the pod it just sent filter, and the nodes filter passed.
-		r := reuse{intern: e.internName, pods: &e.argPods}
-		if last := e.lastPassed.Load(); last != nil {
-			r.names = *last
-		}
-		args, err := decodeArgs(body, r)
-		if err != nil {
-			return nil, err
-		}
-		if args.pod == nil {
-			return &extenderv1.HostPriorityList{}, nil
-		}
-		scores, whole := e.prioritize(ctx, args.pod, args.names)
-		list := relativeScores(args.names, scores, whole)
-		return &list, nil
-	}))
-	mux.HandleFunc("/bind", e.serve(ctx, "bind", func(ctx context.Context, body []byte) (any, error) {
-		var args extenderv1.ExtenderBindingArgs
-		if err := json.Unmarshal(body, &args); err != nil {
-			return nil, err
-		}
-		if args.PodName == "" || args.PodNamespace == "" || args.Node == "" {
-			return &extenderv1.ExtenderBindingResult{Error: "the bind request needs PodName, PodNamespace and Node"}, nil
-		}
-		if err := e.Bind(ctx, args.PodNamespace, args.PodName, args.PodUID, args.Node); err != nil {
-			klog.FromContext(ctx).Info("Bind failed", "pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node, "err", err)
-			return &extenderv1.ExtenderBindingResult{Error: err.Error()}, nil
-		}
-		return &extenderv1.ExtenderBindingResult{}, nil
-	}))
-	e.handleObservability(mux)
+	mux.HandleFunc("/filter", a.serve(ctx, "filter", a.filter))
+	mux.HandleFunc("/prioritize", a.serve(ctx, "prioritize", a.prioritize))
+	mux.HandleFunc("/bind", a.serve(ctx, "bind", a.bind))
+	a.handleObservability(mux)
 	return mux
 }
 
-// MetricsHandler serves /metrics, /healthz and /readyz only: ServeOptions.MetricsAddress.
-func (e *Extender) MetricsHandler() http.Handler {
+// filter answers an ExtenderArgs body with an ExtenderFilterResult.
+func (a *api) filter(ctx context.Context, body []byte) (any, error) {
+	args, err := decodeArgs(body, reuse{intern: a.core.internName, pods: &a.argPods})
+	if err != nil {
+		return nil, err
+	}
+	if args.pod == nil {
+		return &extenderv1.ExtenderFilterResult{Error: "the request names no pod"}, nil
+	}
+	passed, failed, unresolvable := a.core.Filter(ctx, args.pod, args.names)
+	a.lastPassed.Store(&passed)
+	return &extenderv1.ExtenderFilterResult{NodeNames: &passed, FailedNodes: failed, FailedAndUnresolvableNodes: unresolvable}, nil
+}
+
+// prioritize answers an ExtenderArgs body with a HostPriorityList (see relativeScores).
+func (a *api) prioritize(ctx context.Context, body []byte) (any, error) {
+	// The scheduler sends prioritize the pod it just sent filter, and the nodes filter passed.
+	r := reuse{intern: a.core.internName, pods: &a.argPods}
+	if last := a.lastPassed.Load(); last != nil {
+		r.names = *last
+	}
+	args, err := decodeArgs(body, r)
+	if err != nil {
+		return nil, err
+	}
+	if args.pod == nil {
+		return &extenderv1.HostPriorityList{}, nil
+	}
+	scores, whole := a.core.prioritize(ctx, args.pod, args.names)
+	list := relativeScores(args.names, scores, whole)
+	return &list, nil
+}
+
+// bind answers an ExtenderBindingArgs body with an ExtenderBindingResult.
+func (a *api) bind(ctx context.Context, body []byte) (any, error) {
+	var args extenderv1.ExtenderBindingArgs
+	if err := json.Unmarshal(body, &args); err != nil {
+		return nil, err
+	}
+	if args.PodName == "" || args.PodNamespace == "" || args.Node == "" {
+		return &extenderv1.ExtenderBindingResult{Error: "the bind request needs PodName, PodNamespace and Node"}, nil
+	}
+	if err := a.core.Bind(ctx, args.PodNamespace, args.PodName, args.PodUID, args.Node); err != nil {
+		klog.FromContext(ctx).Info("Bind failed", "pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node, "err", err)
+		return &extenderv1.ExtenderBindingResult{Error: err.Error()}, nil
+	}
+	return &extenderv1.ExtenderBindingResult{}, nil
+}
+
+// metricsHandler serves /metrics, /healthz and /readyz only.
+func (a *api) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	e.handleObservability(mux)
+	a.handleObservability(mux)
 	return mux
 }
 
 // handleObservability adds /healthz, /readyz and /metrics. They answer "ok", why the extender
 // is not ready, and counts and durations: nothing about pods or nodes.
-func (e *Extender) handleObservability(mux *http.ServeMux) {
-	observe.Handle(mux, e.metrics.registry, e.Ready, "informer caches have not synced yet")
+func (a *api) handleObservability(mux *http.ServeMux) {
+	observe.Handle(mux, a.registry, a.core.Ready, "informer caches have not synced yet")
 }
 
 // relativeScores lists the nodes whose score is above a floor, with the floor subtracted, in
@@ -125,14 +171,14 @@ func relativeScores(names []string, scores []int64, whole int64) extenderv1.Host
 
 // serve wraps a verb: POST only, capped body, 503 before the caches synced, 400 for a body that
 // is not the verb's JSON; logical errors are in the result, with status 200.
-func (e *Extender) serve(ctx context.Context, verb string, fn func(context.Context, []byte) (any, error)) http.HandlerFunc {
+func (a *api) serve(ctx context.Context, verb string, fn func(context.Context, []byte) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			http.Error(w, verb+" takes POST with the kube-scheduler extender JSON", http.StatusMethodNotAllowed)
 			return
 		}
-		if !e.Ready() {
+		if !a.core.Ready() {
 			http.Error(w, "the extender's informer caches have not synced yet; retry", http.StatusServiceUnavailable)
 			return
 		}
@@ -154,125 +200,4 @@ func (e *Extender) serve(ctx context.Context, verb string, fn func(context.Conte
 			klog.FromContext(ctx).V(2).Info("Writing a response failed", "verb", verb, "err", err)
 		}
 	}
-}
-
-// readBody reads the request body into a buffer of bufs; the caller returns it with putBuf.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	buf := bytes.NewBuffer(getBuf())
-	if n := r.ContentLength; n > 0 && n <= MaxBodyBytes {
-		buf.Grow(int(n) + 1) // one allocation of the announced size at most, instead of doublings
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		putBuf(buf.Bytes())
-		return nil, fmt.Errorf("request body larger than %d bytes", MaxBodyBytes)
-	}
-	// Any other read error leaves a truncated body, which the verb's JSON decoding rejects.
-	return buf.Bytes(), nil
-}
-
-// bufs recycles request bodies: the scheduler sends two bodies of a few kilobytes for every
-// pod. Nothing keeps a reference into a body past its request (decoding
-// copies strings).
-var bufs = sync.Pool{New: func() any { return new([]byte) }}
-
-// maxPooledBuf keeps the buffers of unusually large requests out of the pool.
-const maxPooledBuf = 1 << 20
-
-func getBuf() []byte { return (*bufs.Get().(*[]byte))[:0] }
-
-func putBuf(b []byte) {
-	if cap(b) > maxPooledBuf {
-		return
-	}
-	bufs.Put(&b)
-}
-
-// ServeOptions configure Serve.
-type ServeOptions struct {
-	// Address serves filter, prioritize and bind, and /healthz, /readyz and /metrics.
-	Address string
-	// MetricsAddress, when set, also serves /healthz, /readyz and /metrics on a plain HTTP
-	// listener of their own, so that probes and scrapers need no client certificate and a
-	// NetworkPolicy can admit them to that port only.
-	MetricsAddress string
-	// TLS, when set, serves Address over HTTPS (with client authentication when it names a
-	// client CA).
-	TLS *TLSOptions
-}
-
-// Serve listens until ctx ends; it returns the first listener's error.
-func (e *Extender) Serve(ctx context.Context, o ServeOptions) error {
-	handler := e.Handler(ctx)
-	var tlsConfig *tls.Config
-	if o.TLS != nil {
-		var err error
-		if tlsConfig, err = newTLSConfig(ctx, *o.TLS); err != nil {
-			return err
-		}
-		if o.TLS.ClientCAFile != "" {
-			handler = requireClientCert(handler)
-		}
-	}
-	lis, err := net.Listen("tcp", o.Address)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", o.Address, err)
-	}
-	if o.MetricsAddress == "" {
-		return serveHTTP(ctx, lis, handler, tlsConfig, "scheduler extender")
-	}
-	mlis, err := net.Listen("tcp", o.MetricsAddress)
-	if err != nil {
-		_ = lis.Close()
-		return fmt.Errorf("listening on %s: %w", o.MetricsAddress, err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 2)
-	go func() { errc <- serveHTTP(ctx, lis, handler, tlsConfig, "scheduler extender") }()
-	go func() { errc <- serveHTTP(ctx, mlis, e.MetricsHandler(), nil, "metrics and health") }()
-	err = <-errc
-	cancel()
-	return errors.Join(err, <-errc)
-}
-
-// ServeListener serves Handler over plain HTTP on lis until ctx ends.
-func (e *Extender) ServeListener(ctx context.Context, lis net.Listener) error {
-	return serveHTTP(ctx, lis, e.Handler(ctx), nil, "scheduler extender")
-}
-
-// serveHTTP serves h on lis (over TLS when tlsConfig is set) until ctx ends.
-func serveHTTP(ctx context.Context, lis net.Listener, h http.Handler, tlsConfig *tls.Config, what string) error {
-	srv := &http.Server{
-		Handler:           h,
-		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    1 << 16,
-	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-done:
-		}
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	klog.FromContext(ctx).Info("Serving", "what", what, "address", lis.Addr().String(), "tls", tlsConfig != nil)
-	var err error
-	if tlsConfig != nil {
-		err = srv.ServeTLS(lis, "", "")
-	} else {
-		err = srv.Serve(lis)
-	}
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
 }

@@ -18,6 +18,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 )
 
 type response struct {
@@ -66,7 +67,7 @@ func TestHandlerBeforeStart(t *testing.T) {
 	}
 	srv := httptest.NewServer(e.Handler(ctx))
 	defer srv.Close()
-	body := mustJSON(t, filterArgs(testPod("p").neuron(4).obj(), "trn-empty"))
+	body := mustJSON(t, filterArgs(testkit.MakePod().Name("p").Neuron(4).Obj(), "trn-empty"))
 	for _, tc := range []struct {
 		method, path string
 		want         int
@@ -94,7 +95,7 @@ func startServer(t *testing.T) (*httptest.Server, *fake.Clientset, context.Conte
 
 func TestHandlerStatus(t *testing.T) {
 	srv, _, _ := startServer(t)
-	valid := mustJSON(t, filterArgs(testPod("p").neuron(4).obj(), "trn-empty"))
+	valid := mustJSON(t, filterArgs(testkit.MakePod().Name("p").Neuron(4).Obj(), "trn-empty"))
 	tooBig := append([]byte(`{"Pod":{"metadata":{"name":"`), bytes.Repeat([]byte("a"), MaxBodyBytes)...)
 	for _, tc := range []struct {
 		name, method, path string
@@ -142,7 +143,7 @@ func truncate(b []byte) string {
 
 func TestHandlerFilterWire(t *testing.T) {
 	srv, _, _ := startServer(t)
-	r := do(t, srv, http.MethodPost, "/filter", mustJSON(t, filterArgs(testPod("p").neuron(4).obj(), "trn-empty", "trn-full", "cpu")))
+	r := do(t, srv, http.MethodPost, "/filter", mustJSON(t, filterArgs(testkit.MakePod().Name("p").Neuron(4).Obj(), "trn-empty", "trn-full", "cpu")))
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
@@ -169,8 +170,8 @@ func TestHandlerFilterWire(t *testing.T) {
 	}
 
 	// A scheduler that is not node-cache capable sends whole nodes.
-	args := &extenderv1.ExtenderArgs{Pod: testPod("p").neuron(4).obj(), Nodes: &corev1.NodeList{Items: []corev1.Node{
-		*testNode("trn-partly").instanceType(trn1).obj(), *testNode("trn-dra").obj(),
+	args := &extenderv1.ExtenderArgs{Pod: testkit.MakePod().Name("p").Neuron(4).Obj(), Nodes: &corev1.NodeList{Items: []corev1.Node{
+		*testkit.MakeNode().Name("trn-partly").InstanceType(trn1).Obj(), *testkit.MakeNode().Name("trn-dra").Obj(),
 	}}}
 	var res extenderv1.ExtenderFilterResult
 	if err := json.Unmarshal(do(t, srv, http.MethodPost, "/filter", mustJSON(t, args)).body, &res); err != nil {
@@ -190,7 +191,7 @@ func TestHandlerFilterWire(t *testing.T) {
 func TestHandlerPrioritize(t *testing.T) {
 	srv, _, _ := startServer(t)
 	names := []string{"trn-empty", "trn-partly", "trn-full", "cpu"}
-	r := do(t, srv, http.MethodPost, "/prioritize", mustJSON(t, filterArgs(testPod("p").neuron(4).obj(), names...)))
+	r := do(t, srv, http.MethodPost, "/prioritize", mustJSON(t, filterArgs(testkit.MakePod().Name("p").Neuron(4).Obj(), names...)))
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
@@ -237,7 +238,7 @@ func TestHandlerPrioritize(t *testing.T) {
 
 func TestHandlerBind(t *testing.T) {
 	srv, client, ctx := startServer(t)
-	pod := createPod(t, ctx, client, testPod("p").neuron(4).obj())
+	pod := createPod(t, ctx, client, testkit.MakePod().Name("p").Neuron(4).Obj())
 	for _, tc := range []struct {
 		name    string
 		args    extenderv1.ExtenderBindingArgs
@@ -279,7 +280,7 @@ func TestHandlerBind(t *testing.T) {
 
 func TestHandlerMetrics(t *testing.T) {
 	srv, _, _ := startServer(t)
-	do(t, srv, http.MethodPost, "/filter", mustJSON(t, filterArgs(testPod("p").neuron(4).obj(), "trn-empty")))
+	do(t, srv, http.MethodPost, "/filter", mustJSON(t, filterArgs(testkit.MakePod().Name("p").Neuron(4).Obj(), "trn-empty")))
 	r := do(t, srv, http.MethodGet, "/metrics", nil)
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d", r.status)
@@ -299,7 +300,7 @@ func TestHandlerMetrics(t *testing.T) {
 // 200, 400 and 413, and a 200 answer that decodes as the verb's result.
 func fuzzTarget(f *testing.F, path string, seeds [][]byte, check func(t *testing.T, body []byte)) {
 	e, client, ctx := startQuietExtender(f, false, cluster()...)
-	for _, p := range []*corev1.Pod{testPod("p").neuron(4).obj(), testPod("q").neuronCores(3).obj()} {
+	for _, p := range []*corev1.Pod{testkit.MakePod().Name("p").Neuron(4).Obj(), testkit.MakePod().Name("q").NeuronCores(3).Obj()} {
 		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			f.Fatal(err)
 		}
@@ -337,8 +338,8 @@ func FuzzFilterBody(f *testing.F) {
 		[]byte(`{"Pod":{"spec":{"containers":[{"name":"a","resources":{"limits":{"aws.amazon.com/neuroncore":"13"}}}]}},"NodeNames":["trn-empty","trn-partly","trn-full","inf-empty","trn-dra","cpu","ghost"]}`),
 	}
 	for _, args := range []*extenderv1.ExtenderArgs{
-		filterArgs(testPod("p").neuron(4).obj(), allNodes...),
-		filterArgs(testPod("q").neuronCores(1).container("b", "aws.amazon.com/neuron", 2).obj(), "trn-partly"),
+		filterArgs(testkit.MakePod().Name("p").Neuron(4).Obj(), allNodes...),
+		filterArgs(testkit.MakePod().Name("q").NeuronCores(1).Container("b", "aws.amazon.com/neuron", 2).Obj(), "trn-partly"),
 	} {
 		data, _ := json.Marshal(args)
 		seeds = append(seeds, data)
@@ -436,7 +437,7 @@ func TestPrioritizeAnswerNamesTheNodesThatBeatAWholeNode(t *testing.T) {
 	srv, _, _ := startServer(t)
 	prioritize := func(names ...string) extenderv1.HostPriorityList {
 		t.Helper()
-		r := do(t, srv, http.MethodPost, "/prioritize", mustJSON(t, filterArgs(testPod("p").neuronCores(1).obj(), names...)))
+		r := do(t, srv, http.MethodPost, "/prioritize", mustJSON(t, filterArgs(testkit.MakePod().Name("p").NeuronCores(1).Obj(), names...)))
 		var list extenderv1.HostPriorityList
 		if err := json.Unmarshal(r.body, &list); r.status != http.StatusOK || err != nil {
 			t.Fatalf("status %d, %v: %s", r.status, err, r.body)

@@ -24,6 +24,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 )
 
 // testCA signs certificates for the TLS tests.
@@ -144,7 +146,7 @@ func startTLS(t *testing.T) *tlsSetup {
 		t.Fatal(err)
 	}
 	e, client, ctx := startExtender(t, cluster()...)
-	s.pod = createPod(t, ctx, client, testPod("p").neuron(4).obj())
+	s.pod = createPod(t, ctx, client, testkit.MakePod().Name("p").Neuron(4).Obj())
 	s.addr, s.metricsAddr = freeAddr(t), freeAddr(t)
 	go func() {
 		s.serveErr <- e.Serve(ctx, ServeOptions{Address: s.addr, MetricsAddress: s.metricsAddr, TLS: &TLSOptions{CertFile: s.certFile, KeyFile: s.keyFile, ClientCAFile: s.caFile}})
@@ -156,18 +158,13 @@ func startTLS(t *testing.T) *tlsSetup {
 
 func waitListening(t *testing.T, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitEvery(t, 20*time.Millisecond, 10*time.Second, "a listener on "+addr, func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			_ = c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on %s: %v", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
 }
 
 // client returns an HTTPS client that trusts the test CA and presents certs[0], if given, also
@@ -204,7 +201,7 @@ func TestTLSClientAuthentication(t *testing.T) {
 	s := startTLS(t)
 	base := "https://" + s.addr
 	bind := mustJSON(t, extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: "default", PodUID: s.pod.UID, Node: "trn-empty"})
-	filter := mustJSON(t, filterArgs(testPod("p").neuron(4).obj(), "trn-empty"))
+	filter := mustJSON(t, filterArgs(testkit.MakePod().Name("p").Neuron(4).Obj(), "trn-empty"))
 	const refused = "need a client certificate signed by a CA of the extender's --client-ca-file"
 	for _, tc := range []struct {
 		name       string
@@ -287,7 +284,7 @@ func TestTLSReload(t *testing.T) {
 	// A new client CA: the old client certificate is refused, one of the new CA accepted.
 	newCA := newTestCA(t, "new-ca")
 	writeFile(t, s.caFile, newCA.pem)
-	filter := mustJSON(t, filterArgs(testPod("p").neuron(4).obj(), "trn-empty"))
+	filter := mustJSON(t, filterArgs(testkit.MakePod().Name("p").Neuron(4).Obj(), "trn-empty"))
 	if status, body, err := post(s.client(s.clientCert), "https://"+s.addr+"/filter", filter); err == nil {
 		t.Errorf("a certificate of the replaced client CA: %d %q, want the handshake to fail", status, body)
 	}
@@ -340,7 +337,7 @@ func TestServeStops(t *testing.T) {
 	go func() { errc <- e.Serve(ctx, ServeOptions{Address: addr, MetricsAddress: metrics}) }()
 	waitListening(t, addr)
 	waitListening(t, metrics)
-	status, body, err := post(&http.Client{Timeout: 5 * time.Second}, "http://"+addr+"/filter", mustJSON(t, filterArgs(testPod("p").neuron(4).obj(), "trn-empty")))
+	status, body, err := post(&http.Client{Timeout: 5 * time.Second}, "http://"+addr+"/filter", mustJSON(t, filterArgs(testkit.MakePod().Name("p").Neuron(4).Obj(), "trn-empty")))
 	var res extenderv1.ExtenderFilterResult
 	if err != nil || status != http.StatusOK || json.Unmarshal([]byte(body), &res) != nil {
 		t.Errorf("plain HTTP filter: %d %q %v", status, body, err)

@@ -68,99 +68,129 @@ func decodeArgs(body []byte, r reuse) (extenderArgs, error) {
 }
 
 func decodeArgsJSON(body []byte, r reuse) (extenderArgs, error) {
-	var args extenderArgs
 	// A bytes.Buffer is parsed in place, without a copy.
 	dec := jsontext.NewDecoder(bytes.NewBuffer(body), v1Semantics)
+	if done, err := openObject(dec); done || err != nil {
+		return extenderArgs{}, err
+	}
+	d := argsDecoder{r: r}
+	for dec.PeekKind() != '}' {
+		if err := d.member(dec); err != nil {
+			return d.args, err
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return d.args, err
+	}
+	if err := atEnd(dec); err != nil {
+		return d.args, err
+	}
+	return d.finish(), nil
+}
+
+// openObject reads the start of the body's top-level object. done reports a body with nothing
+// more to read: JSON null (no pod, no names), or one that is not an object (err says why).
+func openObject(dec *jsontext.Decoder) (done bool, err error) {
 	switch kind := dec.PeekKind(); kind {
 	case 'n':
 		if _, err := dec.ReadToken(); err != nil {
-			return args, err
+			return true, err
 		}
-		return args, atEnd(dec)
+		return true, atEnd(dec)
 	case '{':
+		_, err := dec.ReadToken()
+		return false, err
 	case 0:
 		_, err := dec.ReadToken()
-		return args, err
+		return true, err
 	default:
-		return args, fmt.Errorf("the body is a JSON %s, not an object", kindName(kind))
+		return true, fmt.Errorf("the body is a JSON %s, not an object", kindName(kind))
 	}
-	if _, err := dec.ReadToken(); err != nil {
-		return args, err
+}
+
+// argsDecoder reads the members of an ExtenderArgs object. A member that comes twice is read
+// into the same fields: it merges as encoding/json merges it.
+type argsDecoder struct {
+	r     reuse
+	args  extenderArgs
+	nodes *nodeNameList
+	names []string
+	// haveNames: the body has NodeNames, and it is not null.
+	haveNames bool
+	// podJSON is the JSON of the pod decoded, podMembers how many Pod members the body has, and
+	// shared whether args.pod is the memo's.
+	podJSON    string
+	podMembers int
+	shared     bool
+}
+
+// member reads one member of the object.
+func (d *argsDecoder) member(dec *jsontext.Decoder) error {
+	key, err := dec.ReadValue()
+	if err != nil {
+		return err
 	}
-	var nodes *nodeNameList
-	var names []string
-	var haveNames bool
-	// The JSON of the pod decoded, how many Pod members the body has, and whether args.pod is
-	// the memo's.
-	var podJSON string
-	var podMembers int
-	var shared bool
-	for dec.PeekKind() != '}' {
-		key, err := dec.ReadValue()
-		if err != nil {
-			return args, err
+	// The decoder checked the syntax: AppendUnquote can only report invalid UTF-8, which it
+	// replaces with U+FFFD as encoding/json does.
+	name, _ := jsontext.AppendUnquote(nil, key)
+	switch {
+	case bytes.EqualFold(name, []byte("Pod")):
+		return d.pod(dec)
+	case bytes.EqualFold(name, []byte("NodeNames")):
+		if d.names, d.haveNames, err = decodeNames(dec, d.r); err != nil {
+			return fmt.Errorf("member NodeNames: %w", err)
 		}
-		// The decoder checked the syntax: AppendUnquote can only report invalid UTF-8, which it
-		// replaces with U+FFFD as encoding/json does.
-		name, _ := jsontext.AppendUnquote(nil, key)
-		// Into the same variables each time: a member that comes twice merges as encoding/json
-		// merges it.
-		switch {
-		case bytes.EqualFold(name, []byte("Pod")):
-			raw, err := dec.ReadValue()
-			if err != nil {
-				return args, fmt.Errorf("member Pod: %w", err)
-			}
-			podMembers++
-			if args.pod == nil {
-				if p := r.pods.get(raw); p != nil {
-					args.pod, shared = p, true
-					continue
-				}
-			}
-			if shared {
-				// A second Pod member merges into the first: not into the memo's pod.
-				args.pod, shared = args.pod.DeepCopy(), false
-			}
-			if r.pods != nil {
-				podJSON = string(raw) // raw is the decoder's until its next read
-			}
-			if err := jsonv2.Unmarshal(raw, &args.pod, v1Semantics); err != nil {
-				return args, fmt.Errorf("member Pod: %w", err)
-			}
-		case bytes.EqualFold(name, []byte("NodeNames")):
-			if names, haveNames, err = decodeNames(dec, r); err != nil {
-				return args, fmt.Errorf("member NodeNames: %w", err)
-			}
-		case bytes.EqualFold(name, []byte("Nodes")):
-			if err := jsonv2.UnmarshalDecode(dec, &nodes, v1Semantics); err != nil {
-				return args, fmt.Errorf("member Nodes: %w", err)
-			}
-		default:
-			if err := dec.SkipValue(); err != nil {
-				return args, err
-			}
+	case bytes.EqualFold(name, []byte("Nodes")):
+		if err := jsonv2.UnmarshalDecode(dec, &d.nodes, v1Semantics); err != nil {
+			return fmt.Errorf("member Nodes: %w", err)
+		}
+	default:
+		return dec.SkipValue()
+	}
+	return nil
+}
+
+// pod reads a Pod member, or takes the pod the memo decoded from the same bytes.
+func (d *argsDecoder) pod(dec *jsontext.Decoder) error {
+	raw, err := dec.ReadValue()
+	if err != nil {
+		return fmt.Errorf("member Pod: %w", err)
+	}
+	d.podMembers++
+	if d.args.pod == nil {
+		if p := d.r.pods.get(raw); p != nil {
+			d.args.pod, d.shared = p, true
+			return nil
 		}
 	}
-	if _, err := dec.ReadToken(); err != nil {
-		return args, err
+	if d.shared {
+		// A second Pod member merges into the first: not into the memo's pod.
+		d.args.pod, d.shared = d.args.pod.DeepCopy(), false
 	}
-	if err := atEnd(dec); err != nil {
-		return args, err
+	if d.r.pods != nil {
+		d.podJSON = string(raw) // raw is the decoder's until its next read
 	}
-	if podMembers == 1 && !shared && args.pod != nil {
-		r.pods.put(podJSON, args.pod)
+	if err := jsonv2.Unmarshal(raw, &d.args.pod, v1Semantics); err != nil {
+		return fmt.Errorf("member Pod: %w", err)
+	}
+	return nil
+}
+
+// finish returns the arguments read, and keeps a pod decoded from one Pod member in the memo.
+func (d *argsDecoder) finish() extenderArgs {
+	if d.podMembers == 1 && !d.shared && d.args.pod != nil {
+		d.r.pods.put(d.podJSON, d.args.pod)
 	}
 	// NodeNames when present (nodeCacheCapable), else the names of Nodes.
 	switch {
-	case haveNames:
-		args.names = names
-	case nodes != nil:
-		for _, n := range nodes.Items {
-			args.names = append(args.names, n.Metadata.Name)
+	case d.haveNames:
+		d.args.names = d.names
+	case d.nodes != nil:
+		for _, n := range d.nodes.Items {
+			d.args.names = append(d.args.names, n.Metadata.Name)
 		}
 	}
-	return args, nil
+	return d.args
 }
 
 // podMemo keeps the last few pods decodeArgs decoded, by their exact JSON. The kube-scheduler
@@ -303,12 +333,4 @@ func kindName(k jsontext.Kind) string {
 		return "array"
 	}
 	return "value"
-}
-
-// internName is decodeArgs's intern: the string of a node the node informer delivered.
-func (e *Extender) internName(b []byte) (string, bool) {
-	e.nodeShapesMu.RLock()
-	ns, ok := e.nodeShapes[string(b)]
-	e.nodeShapesMu.RUnlock()
-	return ns.name, ok
 }

@@ -11,6 +11,8 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 )
 
 // decodeV1 is what decodeArgs replaces: encoding/json into the wire type, then the names as the
@@ -33,7 +35,7 @@ func decodeV1(body []byte) (extenderArgs, error) {
 }
 
 func TestDecodeArgs(t *testing.T) {
-	pod := testPod("p").neuron(4).obj()
+	pod := testkit.MakePod().Name("p").Neuron(4).Obj()
 	pod.Annotations = map[string]string{"a": "b"}
 	pod.Status.NominatedNodeName = "trn-empty"
 	cacheCapable := mustJSON(t, filterArgs(pod, "trn-empty", "inf-empty"))
@@ -101,7 +103,7 @@ func TestDecodeArgs(t *testing.T) {
 // strings, not one allocation per name and request.
 func TestDecodeArgsInternsKnownNames(t *testing.T) {
 	e, _, _ := startQuietExtender(t, false, cluster()...)
-	body := mustJSON(t, filterArgs(testPod("p").neuron(1).obj(), "trn-empty", "ghost", "inf-empty"))
+	body := mustJSON(t, filterArgs(testkit.MakePod().Name("p").Neuron(1).Obj(), "trn-empty", "ghost", "inf-empty"))
 	got, err := decodeArgs(body, reuse{intern: e.internName})
 	if err != nil {
 		t.Fatal(err)
@@ -109,10 +111,10 @@ func TestDecodeArgsInternsKnownNames(t *testing.T) {
 	if !slices.Equal(got.names, []string{"trn-empty", "ghost", "inf-empty"}) {
 		t.Fatalf("names %q", got.names)
 	}
-	e.nodeShapesMu.RLock()
-	defer e.nodeShapesMu.RUnlock()
+	e.scores.shapes.mu.RLock()
+	defer e.scores.shapes.mu.RUnlock()
 	for i, want := range map[int]bool{0: true, 1: false, 2: true} {
-		known, ok := e.nodeShapes[got.names[i]]
+		known, ok := e.scores.shapes.byName[got.names[i]]
 		shared := ok && unsafe.StringData(known.name) == unsafe.StringData(got.names[i])
 		if shared != want {
 			t.Errorf("%s: shares the informer's string: %v, want %v", got.names[i], shared, want)
@@ -125,7 +127,7 @@ func TestDecodeArgsInternsKnownNames(t *testing.T) {
 // Pod members merges them as encoding/json does without changing the pod the memo keeps.
 func TestDecodeArgsReusesThePodOfTheSameJSON(t *testing.T) {
 	memo := &podMemo{}
-	pod := testPod("p").neuron(4).obj()
+	pod := testkit.MakePod().Name("p").Neuron(4).Obj()
 	podJSON := string(mustJSON(t, pod))
 	decode := func(body string) *corev1.Pod {
 		t.Helper()
@@ -194,7 +196,7 @@ func FuzzDecodeArgs(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	f.Add(mustJSON(f, filterArgs(testPod("p").neuronCores(3).container("b", "aws.amazon.com/neuron", 2).obj(), allNodes...)))
+	f.Add(mustJSON(f, filterArgs(testkit.MakePod().Name("p").NeuronCores(3).Container("b", "aws.amazon.com/neuron", 2).Obj(), allNodes...)))
 	// One memo for every input, and the names of the previous input as the hint, as the
 	// handlers reuse them: whatever decodeArgs takes from them must be what it would decode.
 	memo := &podMemo{}
