@@ -1,12 +1,18 @@
 package testkit
 
 import (
+	"sync"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
+
+// catalog is the default catalog, parsed once: parsing it costs milliseconds under -race, and
+// tests build many nodes.
+var catalog = sync.OnceValue(topology.DefaultCatalog)
 
 // NodeWrapper builds a Node; start with MakeNode.
 type NodeWrapper struct{ n *corev1.Node }
@@ -41,7 +47,7 @@ func (w *NodeWrapper) Annotation(k, v string) *NodeWrapper { w.n.Annotations[k] 
 // default LNC) the way the device plugin advertises them. Allocatable is left alone.
 func (w *NodeWrapper) InstanceType(name string) *NodeWrapper {
 	w.n.Labels[labels.InstanceType] = name
-	if it, ok := topology.DefaultCatalog().Lookup(name); ok {
+	if it, ok := catalog().Lookup(name); ok {
 		w.Capacity(topology.ResourceNeuron, int64(it.Devices))
 		w.Capacity(topology.ResourceNeuronCore, int64(it.LogicalCores(0)))
 	}
