@@ -293,17 +293,6 @@ func TestChurn(t *testing.T) {
 func TestTwoReplicasNeverShareDevices(t *testing.T) {
 	ctx := framework.Context(t)
 	ns := framework.CreateNamespace(t, ctx)
-	var replicas []*extender.Extender
-	for i := range 2 {
-		e, err := extender.New(extender.Options{Client: framework.L.Client(), LeaseNamespace: ns, Identity: fmt.Sprintf("replica-%d", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		replicas = append(replicas, e)
-	}
 	const node = "race"
 	const pods = 40
 	for i := range pods {
@@ -323,10 +312,19 @@ func TestTwoReplicasNeverShareDevices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	framework.WaitFor(t, ctx, 10*time.Second, "both replicas to see the pods", func(context.Context) (bool, string, error) {
-		return true, "", nil
-	})
-	time.Sleep(500 * time.Millisecond)
+	// The replicas start once the pods exist: Start returns when their informers have synced,
+	// so both bind from caches that hold every pod.
+	var replicas []*extender.Extender
+	for i := range 2 {
+		e, err := extender.New(extender.Options{Client: framework.L.Client(), LeaseNamespace: ns, Identity: fmt.Sprintf("replica-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		replicas = append(replicas, e)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, pods)
 	for i := range pods {
