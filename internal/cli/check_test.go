@@ -166,3 +166,23 @@ func TestCheckUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckDRAExamples: the seeds' DRA examples, checked offline with the DRA driver's own
+// validation of their opaque configs: seed 003's LNC claim on trn1.2xlarge gets the driver's
+// message (the node would be launched for nothing: its prepare fails), the others no problem.
+func TestCheckDRAExamples(t *testing.T) {
+	dir := filepath.Join("..", "..", "examples", "dra")
+	lnc := filepath.Join(dir, "lnc-1-trn1.yaml")
+	out, errOut, code := run(t, "check", "-f", lnc)
+	want := "Pod pod-lnc-1-trn1 (" + lnc + "): error NotTriggerScaleUp: the DRA driver of a new node would refuse the opaque configs of the pod's ResourceClaim: " +
+		"LNC value is not configurable for instance type trn1.2xlarge; instance types whose driver accepts them: "
+	if code != ExitRefused || !strings.Contains(out, want) || !strings.HasSuffix(out, "1 Neuron pod checked: 1 error, 0 warnings\n") {
+		t.Errorf("exit %d, stdout:\n%s\nstderr: %s\nwant exit %d with %q", code, out, errOut, ExitRefused, want)
+	}
+	for _, f := range []string{"all-neurons-lnc-1.yaml", "lnc-neurons.yaml", "us-4-node-config.yaml"} {
+		out, errOut, code := run(t, "check", "-f", filepath.Join(dir, f))
+		if code != 0 || !strings.HasSuffix(out, "Neuron pod checked: 0 errors, 0 warnings\n") {
+			t.Errorf("%s: exit %d, stdout:\n%s\nstderr: %s\nwant no problem", f, code, out, errOut)
+		}
+	}
+}

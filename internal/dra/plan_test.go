@@ -115,6 +115,12 @@ func TestPlanClaim(t *testing.T) {
 			err:   "ultraserverMode 2 needs the node's 2-node group",
 		},
 		{
+			name:  "an invalid ultraserverMode",
+			info:  us,
+			claim: testClaim("c").Device("neurons", "us-1", NodeDeviceName).Config(`{"apiVersion":"neuron.aws.com/v1","kind":"UltraServerConfig","ultraserverMode":3}`).Obj(),
+			err:   "error applying config: opaque config 0 (from the claim): ultraserverMode 3 is not allowed in UltraServerConfig: use 1, 2 or 4",
+		},
+		{
 			name:  "UltraServerConfig outside an UltraServer",
 			info:  trn2,
 			claim: testClaim("c").Device("n", "trn2-a", "neurondevice0").Config(us4).Obj(),

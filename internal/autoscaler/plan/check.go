@@ -160,6 +160,14 @@ func selectorProblems(d PodDemand, cat *topology.Catalog) []Problem {
 	if len(out) > 0 {
 		return out
 	}
+	for _, r := range d.DRA {
+		if r.Refused != "" && !slices.ContainsFunc(out, func(p Problem) bool { return p.Message == r.Refused }) {
+			out = append(out, problem("%s", r.Refused))
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
 	for _, t := range cat.Types() {
 		if d.Allows(t) {
 			return nil

@@ -9,6 +9,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/dra/opaque"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -30,6 +31,13 @@ type DRARequest struct {
 	// there is none.
 	Matching  []string
 	Unmatched string
+	// Configs are what the claim's opaque configs for the driver ask of a node (opaque.Resolve,
+	// the driver's own code, over the claim's Neuron requests); ConfigError is why the driver
+	// refuses them on every node. Refused says why no instance type's driver would accept them
+	// (DeviceTemplates.Resolve, which then leaves Matching empty).
+	Configs     opaque.Settings
+	ConfigError string
+	Refused     string
 }
 
 func (r DRARequest) String() string {
@@ -170,7 +178,31 @@ func DRARequestsOf(spec resourcev1.ResourceClaimSpec) []DRARequest {
 		}
 		out = append(out, req)
 	}
-	return out
+	return withConfigs(out, spec.Devices.Config)
+}
+
+// withConfigs sets Configs, or ConfigError, on the requests of one claim from its configs, as the
+// driver resolves them when it prepares the claim.
+func withConfigs(reqs []DRARequest, configs []resourcev1.DeviceClaimConfiguration) []DRARequest {
+	if len(reqs) == 0 || len(configs) == 0 {
+		return reqs
+	}
+	names := make([]string, len(reqs))
+	for i, r := range reqs {
+		names[i] = r.Name
+	}
+	alloc := make([]resourcev1.DeviceAllocationConfiguration, len(configs))
+	for i, c := range configs {
+		alloc[i] = resourcev1.DeviceAllocationConfiguration{Source: resourcev1.AllocationConfigSourceClaim, Requests: c.Requests, DeviceConfiguration: c.DeviceConfiguration}
+	}
+	s, err := opaque.Resolve(alloc, names)
+	for i := range reqs {
+		reqs[i].Configs = s
+		if err != nil {
+			reqs[i].ConfigError = err.Error()
+		}
+	}
+	return reqs
 }
 
 // demandString describes a single-request pod: "7 devices", "6 cores", "all devices".

@@ -40,8 +40,9 @@ type DeviceTemplates struct {
 	cat     *topology.Catalog
 	learned map[string]map[resourcev1.QualifiedName]resourcev1.DeviceAttribute // instance type ("" any) -> attribute
 
-	mu      sync.Mutex
-	devices map[string][]dracel.Device // instance type -> its template devices
+	mu        sync.Mutex
+	devices   map[string][]dracel.Device // instance type -> its template devices
+	validated map[configKey]error        // claim configs against an instance type
 }
 
 // NewDeviceTemplates learns the attributes in learnedAttributes from the driver's ResourceSlices
@@ -89,7 +90,7 @@ func NewDeviceTemplates(cat *topology.Catalog, rslices []*resourcev1.ResourceSli
 		}
 		learned[k.typ][k.attr] = values[best]
 	}
-	return &DeviceTemplates{cat: cat, learned: learned, devices: map[string][]dracel.Device{}}
+	return &DeviceTemplates{cat: cat, learned: learned, devices: map[string][]dracel.Device{}, validated: map[configKey]error{}}
 }
 
 // attributeText is the value of an attribute as text.
@@ -162,69 +163,75 @@ func (ts *DeviceTemplates) unknownAttribute(err error) (string, bool) {
 
 // Resolve sets Matching on each request that has CEL selectors: the instance types of the catalog
 // whose template devices every selector matches, or enough of them (Count, or one for All), with
-// Unmatched saying why when there is none.
+// Unmatched saying why when there is none. On a request whose claim has opaque configs, it keeps
+// in Matching only the types whose DRA driver accepts them (resolveConfigs), with Refused saying
+// why when there is none.
 func (ts *DeviceTemplates) Resolve(ctx context.Context, reqs []DRARequest) []DRARequest {
 	for i := range reqs {
-		r := &reqs[i]
-		if len(r.Selectors) == 0 {
-			continue
-		}
-		need := r.Count
-		if r.All || need < 1 {
-			need = 1
-		}
-		r.Matching = []string{}
-		var why string
-		var compiled []dracel.CompilationResult
-		for _, expr := range r.Selectors {
-			c := celCache.GetOrCompile(expr)
-			if c.Error != nil {
-				why = fmt.Sprintf("the selector %q does not compile: %v", expr, c.Error)
-				break
-			}
-			compiled = append(compiled, c)
-		}
-		if why != "" {
-			r.Unmatched = why
-			continue
-		}
-		var evalErr string
-		for _, t := range ts.cat.Types() {
-			matching := 0
-			for _, d := range ts.templateDevices(t) {
-				ok := true
-				for j, c := range compiled {
-					m, _, err := c.DeviceMatches(ctx, d)
-					if err != nil {
-						if _, unknown := ts.unknownAttribute(err); unknown {
-							continue
-						}
-						if evalErr == "" {
-							evalErr = fmt.Sprintf("the selector %q fails on a %s device: %v", r.Selectors[j], t.Name, err)
-						}
-						ok = false
-						break
-					}
-					if !m {
-						ok = false
-						break
-					}
-				}
-				if ok {
-					matching++
-				}
-			}
-			// A type whose every device matches is the selectors' to allow; whether it has
-			// enough devices is the topology simulation's to say (with the counts it accepts).
-			if matching >= need || matching > 0 && matching == len(ts.templateDevices(t)) {
-				r.Matching = append(r.Matching, t.Name)
-			}
-		}
-		if len(r.Matching) == 0 {
-			r.Unmatched = ts.unmatched(r, evalErr)
-		}
+		ts.resolveSelectors(ctx, &reqs[i])
+		ts.resolveConfigs(&reqs[i])
 	}
 	return reqs
+}
+
+func (ts *DeviceTemplates) resolveSelectors(ctx context.Context, r *DRARequest) {
+	if len(r.Selectors) == 0 {
+		return
+	}
+	need := r.Count
+	if r.All || need < 1 {
+		need = 1
+	}
+	r.Matching = []string{}
+	var why string
+	var compiled []dracel.CompilationResult
+	for _, expr := range r.Selectors {
+		c := celCache.GetOrCompile(expr)
+		if c.Error != nil {
+			why = fmt.Sprintf("the selector %q does not compile: %v", expr, c.Error)
+			break
+		}
+		compiled = append(compiled, c)
+	}
+	if why != "" {
+		r.Unmatched = why
+		return
+	}
+	var evalErr string
+	for _, t := range ts.cat.Types() {
+		matching := 0
+		for _, d := range ts.templateDevices(t) {
+			ok := true
+			for j, c := range compiled {
+				m, _, err := c.DeviceMatches(ctx, d)
+				if err != nil {
+					if _, unknown := ts.unknownAttribute(err); unknown {
+						continue
+					}
+					if evalErr == "" {
+						evalErr = fmt.Sprintf("the selector %q fails on a %s device: %v", r.Selectors[j], t.Name, err)
+					}
+					ok = false
+					break
+				}
+				if !m {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				matching++
+			}
+		}
+		// A type whose every device matches is the selectors' to allow; whether it has
+		// enough devices is the topology simulation's to say (with the counts it accepts).
+		if matching >= need || matching > 0 && matching == len(ts.templateDevices(t)) {
+			r.Matching = append(r.Matching, t.Name)
+		}
+	}
+	if len(r.Matching) == 0 {
+		r.Unmatched = ts.unmatched(r, evalErr)
+	}
 }
 
 // unmatched explains why no new node's devices satisfy the request: what such devices publish.
