@@ -94,7 +94,8 @@ What check cannot know offline (it reads only the files):
   - admission webhooks and ValidatingAdmissionPolicies (the chart's own included), which may
     change or refuse an object;
   - ResourceClaims, ResourceClaimTemplates and DeviceClasses not in the files (their pods are
-    checked without them), and opaque configs (LNC) beyond what the DRA driver validates;
+    checked without them), and the DeviceClass's opaque configs (the claims' own are checked
+    with the DRA driver's own validation);
   - image pulls, PriorityClasses, and anything the container does at run time.
 
 -f takes files, directories (their .json, .yaml and .yml files; -R their subdirectories too),

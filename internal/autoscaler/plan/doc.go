@@ -32,9 +32,11 @@
 // type would publish (DeviceTemplates.Resolve). A DRA request is simulated as that many whole
 // devices on a node of allocation mode dra that its selectors allow, any subset: constraints
 // (matchAttribute on the devicegroup ids), which devices the selectors pick within a node,
-// firstAvailable alternatives beyond the first, opaque configs (LNC) and claims shared between
-// pods are not simulated, so a packed DRA node may, for such claims, not take every pod planned
-// onto it. UltraServer types (trn2u) are planned as single nodes.
+// firstAvailable alternatives beyond the first and claims shared between pods are not simulated,
+// so a packed DRA node may, for such claims, not take every pod planned onto it. A claim's opaque
+// configs are checked with the DRA driver's own code (package dra/opaque) against a new node of
+// each type (configs.go): a type whose driver would refuse them is no candidate. UltraServer
+// types (trn2u) are planned as single nodes.
 //
 // Files: plan.go is the API (Plan, its options and results); sim.go simulates one node with the
 // topology engine; planner.go and plan_cache.go index the pending pods and memoise their fits;
