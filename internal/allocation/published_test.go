@@ -169,7 +169,7 @@ func TestPublishedRecord(t *testing.T) {
 // with records of ours; node annotations play no part; ids that do not fit come back as a
 // problem that names the annotation.
 func TestNodeUsageCountsPublishedPods(t *testing.T) {
-	s := shapeOf(t, "trn1.32xlarge")
+	s := testkit.Shape(t, "trn1.32xlarge")
 	ours := &allocation.Record{Node: "trn1-a", Containers: []allocation.Container{{Name: "app", Resource: topology.ResourceNeuron, Devices: []int{4, 5, 6, 7}, Cores: []int{8, 9, 10, 11, 12, 13, 14, 15}, Served: true}}}
 	withRecord := withoutIDs(runningPod("ours").Container("app", topology.ResourceNeuron, 4)).Record(ours).Obj()
 	pods := []*corev1.Pod{
@@ -251,18 +251,4 @@ func FuzzLegacyRecord(f *testing.F) {
 			t.Fatalf("round trip of %+v: %v", r, err)
 		}
 	})
-}
-
-// shapeOf is the shape of a catalog type at its default LNC.
-func shapeOf(t *testing.T, name string) *topology.Shape {
-	t.Helper()
-	it, err := topology.DefaultCatalog().Get(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := topology.NewShape(it, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }

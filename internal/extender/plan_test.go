@@ -6,21 +6,9 @@ import (
 	"testing"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
-
-func testShape(t *testing.T, name string) *topology.Shape {
-	t.Helper()
-	it, err := topology.DefaultCatalog().Get(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := topology.NewShape(it, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 func usageWith(t *testing.T, s *topology.Shape, devices ...int) *topology.Usage {
 	t.Helper()
@@ -38,7 +26,7 @@ func usageWith(t *testing.T, s *topology.Shape, devices ...int) *topology.Usage 
 }
 
 func TestPlanPrefersPartlyUsedNode(t *testing.T) {
-	s := testShape(t, trn1)
+	s := testkit.Shape(t, trn1)
 	reqs := []allocation.Request{{Container: "a", Resource: topology.ResourceNeuron, Count: 4}}
 	_, empty, err := allocation.Plan(topology.NewUsage(s), reqs, topology.BestFit)
 	if err != nil {
