@@ -124,6 +124,7 @@ type Controller struct {
 	claims    resourcelisters.ResourceClaimLister
 	templates resourcelisters.ResourceClaimTemplateLister
 	rslices   resourcelisters.ResourceSliceLister
+	classes   resourcelisters.DeviceClassLister
 
 	kick chan struct{}
 	mu   sync.Mutex
@@ -200,7 +201,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	for _, n := range nodeList {
 		nodes[n.Name] = n
 	}
-	pending := c.pending(ctx)
+	pending, devices := c.pending(ctx)
 	byKey := make(map[string]plan.PodDemand, len(pending))
 	for _, d := range pending {
 		byKey[d.Key()] = d
@@ -223,7 +224,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	for name := range nodes {
 		taken[name] = true
 	}
-	assigned := c.scaleUp(ctx, pending, launching, nodeList, taken, now)
+	assigned := c.scaleUp(ctx, pending, devices, launching, nodeList, taken, now)
 	clear(c.placedLast)
 	for k, p := range assigned {
 		c.placedLast[k] = p.node

@@ -611,12 +611,27 @@ func draPod(p *corev1.Pod, template string) *corev1.Pod {
 }
 
 func TestControllerDRAPod(t *testing.T) {
-	e := newEnv(t, daemonSet("dra", map[string]string{"app": plan.DRADriverName}), draTemplate("four", 4), draPod(pendingPod(testPod("a")), "four"))
+	e := newEnv(t, daemonSet("dra", map[string]string{"app": plan.DRADriverName}), plan.DefaultDeviceClass(), draTemplate("four", 4), draPod(pendingPod(testPod("a")), "four"))
 	c, _ := e.controller()
 	round(t, c)
 	got := e.provider.launched()
 	if len(got) != 1 || got[0].Mode != labels.AllocationModeDRA || got[0].Labels[labels.AllocationMode] != labels.AllocationModeDRA {
 		t.Fatalf("launches %+v, want one dra node", got)
+	}
+}
+
+// TestControllerDRAPodWithoutDeviceClass: the scheduler refuses a claim whose DeviceClass does not
+// exist on every node, so nothing is launched and the pod is told why.
+func TestControllerDRAPodWithoutDeviceClass(t *testing.T) {
+	e := newEnv(t, daemonSet("dra", map[string]string{"app": plan.DRADriverName}), draTemplate("four", 4), draPod(pendingPod(testPod("a")), "four"))
+	c, rec := e.controller()
+	round(t, c)
+	if got := e.provider.launched(); len(got) != 0 {
+		t.Fatalf("launches %+v, want none", got)
+	}
+	ev := events(rec)
+	if len(ev) != 1 || !strings.Contains(ev[0], "NotTriggerScaleUp") || !strings.Contains(ev[0], "DeviceClass neuron.aws.com does not exist") {
+		t.Errorf("events %q, want one NotTriggerScaleUp saying the DeviceClass does not exist", ev)
 	}
 }
 

@@ -84,10 +84,11 @@ func (c *Controller) start(ctx context.Context) (informers.SharedInformerFactory
 	c.claims = factory.Resource().V1().ResourceClaims().Lister()
 	c.templates = factory.Resource().V1().ResourceClaimTemplates().Lister()
 	c.rslices = factory.Resource().V1().ResourceSlices().Lister()
+	c.classes = factory.Resource().V1().DeviceClasses().Lister()
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			return factory, fmt.Errorf("the %v cache did not sync: check the autoscaler's RBAC (pods, nodes, daemonsets, resourceclaims, resourceclaimtemplates and resourceslices: list and watch)", typ)
+			return factory, fmt.Errorf("the %v cache did not sync: check the autoscaler's RBAC (pods, nodes, daemonsets, resourceclaims, resourceclaimtemplates, resourceslices and deviceclasses: list and watch)", typ)
 		}
 	}
 	if c.recorder == nil {
@@ -127,30 +128,33 @@ func (c *Controller) kickRound() {
 	}
 }
 
-// pending returns the pods waiting for a scale-up that ask for Neuron hardware, by key.
-func (c *Controller) pending(ctx context.Context) []plan.PodDemand {
+// pending returns the pods waiting for a scale-up that ask for Neuron hardware, by key, and the
+// ResourceSlices and DeviceClasses their claims are placed with.
+func (c *Controller) pending(ctx context.Context) ([]plan.PodDemand, *plan.DeviceTemplates) {
 	logger := klog.FromContext(ctx)
 	pods, _ := c.pods.List(klabels.Everything())
+	rslices, _ := c.rslices.List(klabels.Everything())
+	classes, _ := c.classes.List(klabels.Everything())
+	if classes == nil {
+		classes = []*resourcev1.DeviceClass{} // none in the cluster: the allocator says so
+	}
+	templates := plan.NewDeviceTemplates(c.o.Catalog, rslices, classes)
 	var out []plan.PodDemand
 	waiting := map[types.UID]bool{}
-	var templates *plan.DeviceTemplates
 	for _, pod := range pods {
 		if !plan.WaitingForScaleUp(pod) {
 			continue
 		}
-		dra, unresolved := c.draRequests(pod)
+		dra, claims, unresolved := c.draRequests(pod)
 		if unresolved != "" {
 			logger.V(5).Info("Pod's claim not found; its other requests only", "pod", klog.KObj(pod), "claim", unresolved)
 		}
 		if len(dra) > 0 {
-			if templates == nil {
-				rslices, _ := c.rslices.List(klabels.Everything())
-				templates = plan.NewDeviceTemplates(c.o.Catalog, rslices)
-			}
 			dra = templates.Resolve(ctx, dra)
 		}
 		waiting[pod.UID] = true
 		if d := plan.NewPodDemand(pod, dra); d.Neuron() {
+			d.Claims = claims
 			out = append(out, d)
 		}
 	}
@@ -162,13 +166,14 @@ func (c *Controller) pending(ctx context.Context) []plan.PodDemand {
 		}
 	}
 	c.mu.Unlock()
-	return out
+	return out, templates
 }
 
 // draRequests resolves the pod's ResourceClaims (the claim generated for a template when the
-// pod's status names it, else the template) into Neuron requests; unresolved names a claim or
-// template that is not in the cache.
-func (c *Controller) draRequests(pod *corev1.Pod) (out []plan.DRARequest, unresolved string) {
+// pod's status names it, else the template) into Neuron requests, and returns the claims that
+// have any (a template's as ClaimFromTemplate makes it); unresolved names a claim or template
+// that is not in the cache.
+func (c *Controller) draRequests(pod *corev1.Pod) (out []plan.DRARequest, claims []*resourcev1.ResourceClaim, unresolved string) {
 	for _, rc := range pod.Spec.ResourceClaims {
 		claimName := rc.ResourceClaimName
 		for _, st := range pod.Status.ResourceClaimStatuses {
@@ -176,27 +181,28 @@ func (c *Controller) draRequests(pod *corev1.Pod) (out []plan.DRARequest, unreso
 				claimName = st.ResourceClaimName
 			}
 		}
-		var spec *resourcev1.ResourceClaimSpec
+		var claim *resourcev1.ResourceClaim
 		if claimName != nil {
-			if claim, err := c.claims.ResourceClaims(pod.Namespace).Get(*claimName); err == nil {
-				spec = &claim.Spec
-			}
+			claim, _ = c.claims.ResourceClaims(pod.Namespace).Get(*claimName)
 		}
-		if spec == nil && rc.ResourceClaimTemplateName != nil {
+		if claim == nil && rc.ResourceClaimTemplateName != nil {
 			if t, err := c.templates.ResourceClaimTemplates(pod.Namespace).Get(*rc.ResourceClaimTemplateName); err == nil {
-				spec = &t.Spec.Spec
+				claim = plan.ClaimFromTemplate(pod.Namespace, pod.Name, rc.Name, t.Spec.Spec)
 			}
 		}
 		switch {
-		case spec != nil:
-			out = append(out, plan.DRARequestsOf(*spec)...)
+		case claim != nil:
+			if reqs := plan.DRARequestsOf(claim.Spec); len(reqs) > 0 {
+				out = append(out, reqs...)
+				claims = append(claims, claim)
+			}
 		case rc.ResourceClaimTemplateName != nil:
 			unresolved = *rc.ResourceClaimTemplateName
 		case claimName != nil:
 			unresolved = *claimName
 		}
 	}
-	return out, unresolved
+	return out, claims, unresolved
 }
 
 // podsOn returns the pods bound to a node, from the cache.

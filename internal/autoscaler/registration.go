@@ -117,8 +117,10 @@ func (c *Controller) bound(node *corev1.Node, pending map[string]plan.PodDemand)
 			// and launches a node for it.
 			continue
 		}
-		if dra, _ := c.draRequests(pod); len(dra) > 0 || len(allocation.PodRequests(pod)) > 0 {
-			out = append(out, plan.NewPodDemand(pod, dra))
+		if dra, claims, _ := c.draRequests(pod); len(dra) > 0 || len(allocation.PodRequests(pod)) > 0 {
+			d := plan.NewPodDemand(pod, dra)
+			d.Claims = claims
+			out = append(out, d)
 		}
 	}
 	return out

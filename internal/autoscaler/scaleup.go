@@ -25,18 +25,18 @@ type placement struct {
 
 // scaleUp checks the pending pods, plans, launches and nominates; it returns, by pod key, the
 // node the plan puts each pod on (launching or new; nothing in dry run).
-func (c *Controller) scaleUp(ctx context.Context, pending []plan.PodDemand, launching []plan.NodeOption, nodes []*corev1.Node, taken map[string]bool, now time.Time) map[string]placement {
+func (c *Controller) scaleUp(ctx context.Context, pending []plan.PodDemand, devices *plan.DeviceTemplates, launching []plan.NodeOption, nodes []*corev1.Node, taken map[string]bool, now time.Time) map[string]placement {
 	start := time.Now()
 	defer func() { c.metrics.duration.Observe(time.Since(start).Seconds()) }()
 	c.metrics.pending.Set(float64(len(pending)))
 	if len(pending) == 0 {
 		return nil
 	}
-	ok := c.checked(ctx, pending)
+	ok := c.checked(ctx, pending, devices)
 	if len(ok) == 0 {
 		return nil
 	}
-	up, decisions, err := safePlan(c.plan, ok, launching, c.planOptions(launching, nodes))
+	up, decisions, err := safePlan(c.plan, ok, launching, c.planOptions(launching, nodes, devices))
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Planning failed: nothing is launched this round; the next round plans again", "pendingPods", len(ok))
 		c.metrics.decisions.WithLabelValues(reasonPlanningFailed).Inc()
@@ -53,8 +53,8 @@ func (c *Controller) scaleUp(ctx context.Context, pending []plan.PodDemand, laun
 
 // checked returns the pending pods that pass plan.Check; each of the others gets one
 // NotTriggerScaleUp event with its problems.
-func (c *Controller) checked(ctx context.Context, pending []plan.PodDemand) []plan.PodDemand {
-	env := plan.Environment{Catalog: c.o.Catalog}
+func (c *Controller) checked(ctx context.Context, pending []plan.PodDemand, devices *plan.DeviceTemplates) []plan.PodDemand {
+	env := plan.Environment{Catalog: c.o.Catalog, Devices: devices}
 	daemons, _ := c.daemons.List(klabels.Everything())
 	for _, ds := range daemons {
 		env.DevicePlugin = env.DevicePlugin || plan.IsDevicePluginDaemonSet(ds)
@@ -75,7 +75,7 @@ func (c *Controller) checked(ctx context.Context, pending []plan.PodDemand) []pl
 
 // planOptions are the options of the round's plan: the controller's limits, and the Neuron
 // nodes in the cluster that are not launching.
-func (c *Controller) planOptions(launching []plan.NodeOption, nodes []*corev1.Node) plan.Options {
+func (c *Controller) planOptions(launching []plan.NodeOption, nodes []*corev1.Node, devices *plan.DeviceTemplates) plan.Options {
 	isLaunching := map[string]bool{}
 	for _, l := range launching {
 		isLaunching[l.Name] = true
@@ -89,6 +89,7 @@ func (c *Controller) planOptions(launching []plan.NodeOption, nodes []*corev1.No
 	}
 	return plan.Options{
 		Catalog: c.o.Catalog, Policy: c.o.Policy, Families: c.o.Families, MaxNodes: c.o.MaxNodes, MaxDevices: c.o.MaxDevices, Existing: existing,
+		Devices: devices,
 	}
 }
 

@@ -212,7 +212,7 @@ func checkAutoscalerRBAC(t *testing.T, m manifest, ns string, local bool) {
 	}
 	wantRules = append(wantRules,
 		rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list", "watch"}},
-		rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims", "resourceclaimtemplates", "resourceslices"}, Verbs: []string{"list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices"}, Verbs: []string{"list", "watch"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	)
 	if !reflect.DeepEqual(role.Rules, wantRules) {

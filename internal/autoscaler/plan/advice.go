@@ -74,7 +74,7 @@ func Advise(pod *corev1.Pod, o AdviceOptions) []Warning {
 		podScheduler = corev1.DefaultSchedulerName
 	}
 	if podScheduler != scheduler {
-		s := newSim(cat, topology.BestFit)
+		s := newSim(cat, topology.BestFit, nil)
 		for _, r := range d.Requests {
 			if w := skippedTopology(s, r, allowed, podScheduler, scheduler); w != nil {
 				out = append(out, *w)

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -62,6 +63,9 @@ type Environment struct {
 	DevicePlugin bool
 	// DRADriver: some DaemonSet satisfies IsDRADriverDaemonSet.
 	DRADriver bool
+	// Devices are the ResourceSlices and DeviceClasses DRA pods are placed with; nil means
+	// NewDeviceTemplates(Catalog, nil, nil).
+	Devices *DeviceTemplates
 }
 
 // Check applies seed 000's rules to a pending pod and returns why it cannot trigger a scale-up;
@@ -99,7 +103,7 @@ func Check(d PodDemand, env Environment) []Problem {
 	if p := selectorProblems(d, cat); len(p) > 0 {
 		return append(out, p...)
 	}
-	if p := servingProblem(d, newSim(cat, topology.BestFit)); p != nil {
+	if p := servingProblem(d, newSim(cat, topology.BestFit, env.Devices)); p != nil {
 		out = append(out, *p)
 	}
 	return out
@@ -203,7 +207,9 @@ func servingProblem(d PodDemand, s *sim) *Problem {
 		what = demandString(d)
 	}
 	var msg string
-	switch {
+	switch refusal := s.refusal(allowed, d); {
+	case refusal != "":
+		msg = "the scheduler's allocator refuses the pod's claims on every instance type the pod allows: " + refusal
 	case len(allowed) == 1:
 		msg = "instance type " + s.whyNot(allowed[0], d)
 	case len(allowed) <= 3:
@@ -232,6 +238,42 @@ func servingProblem(d PodDemand, s *sim) *Problem {
 	return &p
 }
 
+// refusal is the allocator's error for the pod's claims when it is the same on an empty node of
+// every type that has enough devices (a DeviceClass that does not exist, a selector that fails);
+// "" otherwise.
+func (s *sim) refusal(types []topology.InstanceType, d PodDemand) string {
+	if len(d.DRA) == 0 || len(types) == 0 {
+		return ""
+	}
+	var first string
+	for _, t := range types {
+		shape := s.shape(t)
+		if shape == nil {
+			return ""
+		}
+		_, err := s.allocate(topology.NewUsage(shape), d)
+		switch {
+		case errors.Is(err, errNoFit):
+		case err == nil || first != "" && err.Error() != first:
+			return ""
+		default:
+			first = err.Error()
+		}
+	}
+	return first
+}
+
+// draDevices is the number of devices the requests ask for at least (an All request one).
+func draDevices(rs []DRARequest) int {
+	n := 0
+	for _, r := range rs {
+		if !r.FirstAvailable {
+			n += max(r.Count, 1)
+		}
+	}
+	return n
+}
+
 // whyNot says why a node of type t cannot take the pod, starting with the type's name.
 func (s *sim) whyNot(t topology.InstanceType, d PodDemand) string {
 	shape := s.shape(t)
@@ -239,6 +281,13 @@ func (s *sim) whyNot(t topology.InstanceType, d PodDemand) string {
 		return t.Name + " is not a valid instance type"
 	}
 	if len(d.DRA) > 0 {
+		_, err := s.allocate(topology.NewUsage(shape), d)
+		switch {
+		case err != nil && !errors.Is(err, errNoFit):
+			return fmt.Sprintf("%s: the scheduler's allocator refuses the pod's claims: %v", t.Name, err)
+		case draDevices(d.DRA) <= t.Devices:
+			return fmt.Sprintf("%s has %s, but no set of them satisfies the pod's claims (%s) together with their selectors and constraints", t.Name, plural(t.Devices, "Neuron device"), draString(d.DRA))
+		}
 		return fmt.Sprintf("%s has %s, too few for the pod's claims (%s)", t.Name, plural(t.Devices, "Neuron device"), draString(d.DRA))
 	}
 	for _, r := range d.Requests {

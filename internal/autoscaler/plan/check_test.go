@@ -434,7 +434,7 @@ func TestDRARequestsOf(t *testing.T) {
 			{Name: "gpu", DeviceClassName: "gpu.nvidia.com", Count: 1},
 			{Name: "big", DeviceClassName: DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 8},
 			{Name: "small", DeviceClassName: DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 4},
-		}}), []DRARequest{{Count: 8}}},
+		}}), []DRARequest{{Count: 8, FirstAvailable: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := DRARequestsOf(tc.spec)

@@ -81,7 +81,7 @@ func TestOpaqueConfigs(t *testing.T) {
 			spec: claimSpec([]string{nodeDevice}, us4), want: "trn2u.48xlarge"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dra := NewDeviceTemplates(nil, nil).Resolve(context.Background(), DRARequestsOf(tc.spec))
+			dra := NewDeviceTemplates(nil, nil, nil).Resolve(context.Background(), DRARequestsOf(tc.spec))
 			d := demand(testPod("p"), dra...)
 			problems := messages(Check(d, allDaemonSets))
 			plan, decisions := Plan([]PodDemand{d}, nil, Options{})

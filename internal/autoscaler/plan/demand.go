@@ -21,6 +21,9 @@ type DRARequest struct {
 	Name  string
 	Count int
 	All   bool
+	// FirstAvailable: the request has alternatives (firstAvailable); Count and All are its
+	// first Neuron subrequest's, and the allocator may choose a later one.
+	FirstAvailable bool
 	// InstanceTypes are the types the request's CEL selectors name (instanceType == 'X' in a
 	// conjunction); nil means any.
 	InstanceTypes []string
@@ -54,6 +57,11 @@ type PodDemand struct {
 	Requests []allocation.Request
 	// DRA are the Neuron requests of the pod's ResourceClaims.
 	DRA []DRARequest
+	// Claims are the pod's ResourceClaims that ask for Neuron devices: the claim the pod's
+	// status names, else the one its template would give (ClaimFromTemplate). The planner places
+	// them with the kube-scheduler's allocator; when the caller gives none, it places one claim
+	// per DRA request.
+	Claims []*resourcev1.ResourceClaim
 }
 
 // NewPodDemand reads the pod's device plugin requests; dra are the requests the caller resolved
@@ -150,7 +158,7 @@ func DRARequestsOf(spec resourcev1.ResourceClaimSpec) []DRARequest {
 		if class != DeviceClass {
 			continue
 		}
-		req := DRARequest{Name: name, All: mode == resourcev1.DeviceAllocationModeAll, Count: int(count)}
+		req := DRARequest{Name: name, All: mode == resourcev1.DeviceAllocationModeAll, Count: int(count), FirstAvailable: r.Exactly == nil}
 		for _, s := range sel {
 			if s.CEL != nil {
 				req.Selectors = append(req.Selectors, s.CEL.Expression)

@@ -21,6 +21,9 @@ type Options struct {
 	MaxDevices int
 	// Existing is what the cluster's Neuron nodes that are not launching hold.
 	Existing Capacity
+	// Devices are the ResourceSlices and DeviceClasses DRA pods are placed with; nil means
+	// NewDeviceTemplates(Catalog, nil, nil).
+	Devices *DeviceTemplates
 }
 
 // Capacity counts Neuron nodes and their devices.

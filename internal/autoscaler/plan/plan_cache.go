@@ -7,8 +7,8 @@ package plan
 // node's state changes only when a pod is put on it. So:
 //
 //   - Where a pod goes on a node depends only on the node's type, the cores it has in use and the
-//     pod's request shape: its requests' resources and counts, and its DRA requests' counts (not
-//     its name, selectors, DRA instance types or container names). planner.fits caches the
+//     pod's request shape: its requests' resources and counts, and its ResourceClaims' specs as
+//     the allocator reads them (not its name or container names). planner.fits caches the
 //     placement under that key (node.state, recomputed whenever the node's usage changes) for
 //     every node of both runs. The key is the whole usage, not a hash of it, so two states never
 //     share an entry.
@@ -123,25 +123,33 @@ func requestShape(d PodDemand) string {
 		fmt.Fprintf(&b, "%s=%d;", r.Resource, r.Count)
 	}
 	b.WriteByte('|')
+	if len(d.Claims) > 0 {
+		b.WriteString(claimsKey(d))
+		return b.String()
+	}
 	for _, r := range d.DRA {
 		if r.All {
 			b.WriteString("all;")
 		} else {
 			fmt.Fprintf(&b, "%d;", r.Count)
 		}
+		b.WriteString(strings.Join(r.Selectors, "&&"))
+		b.WriteByte(';')
 	}
 	return b.String()
 }
 
 // coresNeeded is the number of cores the pod's requests take on a node of the shape, when they
-// fit: a core request its count, a device request all cores of its devices, a DRA All request
-// the whole node.
+// fit, at least: a core request its count, a device request all cores of its devices, a DRA All
+// request the whole node (a request with alternatives none: a later one may take fewer).
 func coresNeeded(d PodDemand, sh *topology.Shape) int {
 	n := allocation.CoresNeeded(sh, d.Requests)
 	for _, r := range d.DRA {
-		if r.All {
+		switch {
+		case r.FirstAvailable:
+		case r.All:
 			n += sh.Cores()
-		} else {
+		default:
 			n += sh.CoresNeeded(topology.Request{Unit: topology.UnitDevice, Count: r.Count})
 		}
 	}

@@ -277,7 +277,7 @@ func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts O
 			if i < 0 {
 				t.Fatalf("node %s is not launching", n.Name)
 			}
-			s := newSim(cat, policy)
+			s := newSim(cat, policy, nil)
 			for _, d := range launching[i].Bound { // the pods the scheduler put there come first
 				s.place(u, d)
 				s.place(replay, d)

@@ -47,7 +47,7 @@ func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *plan
 		opts.Policy = topology.BestFit
 	}
 	p := &planner{
-		sim: newSim(opts.Catalog, opts.Policy), opts: opts, pending: pending, launching: launching,
+		sim: newSim(opts.Catalog, opts.Policy, opts.Devices), opts: opts, pending: pending, launching: launching,
 		cands: make([][]topology.InstanceType, len(pending)), outside: make([][]topology.InstanceType, len(pending)),
 		value: make([]float64, len(pending)), absorbed: map[string]int{}, why: map[int]string{},
 	}

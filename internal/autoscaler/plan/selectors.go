@@ -13,8 +13,6 @@ import (
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
-	"github.com/kube-neuron/kube-neuron/internal/dra/devices"
-	"github.com/kube-neuron/kube-neuron/internal/neuron"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -40,14 +38,20 @@ type DeviceTemplates struct {
 	cat     *topology.Catalog
 	learned map[string]map[resourcev1.QualifiedName]resourcev1.DeviceAttribute // instance type ("" any) -> attribute
 
+	classes classLister // the cluster's DeviceClasses, without selectors that unknownSelector reports
+
 	mu        sync.Mutex
+	nodes     map[string]*nodeTemplate   // instance type -> its new node
 	devices   map[string][]dracel.Device // instance type -> its template devices
+	masks     map[maskKey][]bool         // which template devices a selector matches
+	maskErrs  map[maskKey]error          // and why it fails
 	validated map[configKey]error        // claim configs against an instance type
 }
 
 // NewDeviceTemplates learns the attributes in learnedAttributes from the driver's ResourceSlices
-// (the value most of the type's devices publish, else most of any type's).
-func NewDeviceTemplates(cat *topology.Catalog, rslices []*resourcev1.ResourceSlice) *DeviceTemplates {
+// (the value most of the type's devices publish, else most of any type's). classes are the
+// cluster's DeviceClasses; nil means the one the chart installs (DefaultDeviceClass).
+func NewDeviceTemplates(cat *topology.Catalog, rslices []*resourcev1.ResourceSlice, classes []*resourcev1.DeviceClass) *DeviceTemplates {
 	if cat == nil {
 		cat = topology.DefaultCatalog()
 	}
@@ -90,7 +94,18 @@ func NewDeviceTemplates(cat *topology.Catalog, rslices []*resourcev1.ResourceSli
 		}
 		learned[k.typ][k.attr] = values[best]
 	}
-	return &DeviceTemplates{cat: cat, learned: learned, devices: map[string][]dracel.Device{}, validated: map[configKey]error{}}
+	ts := &DeviceTemplates{cat: cat, learned: learned, nodes: map[string]*nodeTemplate{}, devices: map[string][]dracel.Device{}, masks: map[maskKey][]bool{}, maskErrs: map[maskKey]error{}, validated: map[configKey]error{}}
+	if classes == nil {
+		classes = []*resourcev1.DeviceClass{DefaultDeviceClass()}
+	}
+	for _, c := range classes {
+		c = c.DeepCopy()
+		c.Spec.Selectors = slices.DeleteFunc(c.Spec.Selectors, func(s resourcev1.DeviceSelector) bool {
+			return s.CEL != nil && ts.unknownSelector(s.CEL.Expression)
+		})
+		ts.classes = append(ts.classes, c)
+	}
+	return ts
 }
 
 // attributeText is the value of an attribute as text.
@@ -108,57 +123,28 @@ func attributeText(a resourcev1.DeviceAttribute) string {
 	return ""
 }
 
-// templateDevices are the devices a new node of type t would publish: those devices.Build gives
-// for the type's shape, without the node's own attributes, with the learned versions.
+// templateDevices are the devices a new node of type t would publish (its template's), as CEL
+// sees them, without the attributes only the running node knows (nodeOwnAttributes).
 func (ts *DeviceTemplates) templateDevices(t topology.InstanceType) []dracel.Device {
+	nt := ts.nodeTemplate(t)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if d, ok := ts.devices[t.Name]; ok {
 		return d
 	}
 	var out []dracel.Device
-	if shape, err := topology.NewShape(t, 0); err == nil {
-		hw := &neuron.Node{InstanceType: t.Name, Devices: make([]neuron.Device, t.Devices)}
-		for i := range hw.Devices {
-			hw.Devices[i].Index = i
-		}
-		if t.UltraServerNodes > 0 {
-			hw.UltraServer = &neuron.UltraServer{NodeID2: -1}
-		}
-		built, _ := devices.Build(devices.NodeInfo{Name: t.Name, Shape: shape, Hardware: hw}, nil)
-		for _, d := range built {
+	if nt != nil {
+		for _, d := range nt.slices[0].Spec.Devices {
 			attrs := maps.Clone(d.Attributes)
-			for _, a := range nodeOwnAttributes {
-				delete(attrs, resourcev1.QualifiedName(a))
-			}
-			for _, src := range []string{"", t.Name} { // the type's own value wins
-				maps.Copy(attrs, ts.learned[src])
-			}
+			maps.DeleteFunc(attrs, func(name resourcev1.QualifiedName, _ resourcev1.DeviceAttribute) bool {
+				_, id, _ := strings.Cut(string(name), "/")
+				return slices.Contains(nodeOwnAttributes, id) || slices.Contains(nodeOwnAttributes, string(name))
+			})
 			out = append(out, dracel.Device{Driver: DeviceClass, Attributes: attrs, Capacity: d.Capacity})
 		}
 	}
 	ts.devices[t.Name] = out
 	return out
-}
-
-// unknownAttribute returns the attribute a CEL evaluation error says is missing when it is one
-// a new node publishes but the autoscaler cannot know: such a selector may match.
-func (ts *DeviceTemplates) unknownAttribute(err error) (string, bool) {
-	_, key, ok := strings.Cut(err.Error(), "no such key: ")
-	if !ok {
-		return "", false
-	}
-	key = strings.TrimSpace(key)
-	if slices.Contains(nodeOwnAttributes, key) {
-		return key, true
-	}
-	for _, a := range learnedAttributes {
-		if string(a) == key {
-			_, any := ts.learned[""][a]
-			return key, !any // known once any Neuron node has published it
-		}
-	}
-	return "", false
 }
 
 // Resolve sets Matching on each request that has CEL selectors: the instance types of the catalog
@@ -183,49 +169,27 @@ func (ts *DeviceTemplates) resolveSelectors(ctx context.Context, r *DRARequest) 
 		need = 1
 	}
 	r.Matching = []string{}
-	var why string
-	var compiled []dracel.CompilationResult
 	for _, expr := range r.Selectors {
-		c := celCache.GetOrCompile(expr)
-		if c.Error != nil {
-			why = fmt.Sprintf("the selector %q does not compile: %v", expr, c.Error)
-			break
+		if c := celCache.GetOrCompile(expr); c.Error != nil {
+			r.Unmatched = fmt.Sprintf("the selector %q does not compile: %v", expr, c.Error)
+			return
 		}
-		compiled = append(compiled, c)
-	}
-	if why != "" {
-		r.Unmatched = why
-		return
 	}
 	var evalErr string
 	for _, t := range ts.cat.Types() {
+		m, err := ts.selectorsMask(ctx, t, r.Selectors)
+		if err != nil && evalErr == "" {
+			evalErr = err.Error()
+		}
 		matching := 0
-		for _, d := range ts.templateDevices(t) {
-			ok := true
-			for j, c := range compiled {
-				m, _, err := c.DeviceMatches(ctx, d)
-				if err != nil {
-					if _, unknown := ts.unknownAttribute(err); unknown {
-						continue
-					}
-					if evalErr == "" {
-						evalErr = fmt.Sprintf("the selector %q fails on a %s device: %v", r.Selectors[j], t.Name, err)
-					}
-					ok = false
-					break
-				}
-				if !m {
-					ok = false
-					break
-				}
-			}
+		for _, ok := range m {
 			if ok {
 				matching++
 			}
 		}
 		// A type whose every device matches is the selectors' to allow; whether it has
-		// enough devices is the topology simulation's to say (with the counts it accepts).
-		if matching >= need || matching > 0 && matching == len(ts.templateDevices(t)) {
+		// enough devices is the allocator's to say.
+		if matching >= need || matching > 0 && matching == len(m) {
 			r.Matching = append(r.Matching, t.Name)
 		}
 	}

@@ -70,9 +70,11 @@ func TestDeviceTemplatesResolve(t *testing.T) {
 		{name: "a semantic version comparison", slices: running,
 			req:  DRARequest{Count: 1, Selectors: []string{attr + "draDriverVersion.isGreaterThan(semver('0.2.0')) && " + attr + "instanceType == 'inf2.xlarge'"}},
 			want: []string{"inf2.xlarge"}},
-		{name: "device ids: 8 devices from id 8 on need 16 devices",
+		// The UltraServer node device of trn2u has no deviceId: the selector fails on it, and the
+		// scheduler's allocator then refuses the whole node, as this does.
+		{name: "device ids: 8 devices from id 8 on need 16 devices, not on trn2u, whose node device has no deviceId",
 			req:  DRARequest{Count: 8, Selectors: []string{attr + "deviceId >= 8"}},
-			want: typesWhere(func(t topology.InstanceType) bool { return t.Devices >= 16 })},
+			want: typesWhere(func(t topology.InstanceType) bool { return t.Devices >= 16 && t.UltraServerNodes == 0 })},
 		{name: "capacity: 32 GiB devices",
 			req: DRARequest{Count: 1, Selectors: []string{"device.capacity['neuron.aws.com'].memory.compareTo(quantity('32Gi')) >= 0"}},
 			want: typesWhere(func(t topology.InstanceType) bool {
@@ -105,7 +107,7 @@ func TestDeviceTemplatesResolve(t *testing.T) {
 		{name: "no selectors: not evaluated", req: DRARequest{Count: 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := NewDeviceTemplates(nil, tc.slices).Resolve(context.Background(), []DRARequest{tc.req})[0]
+			got := NewDeviceTemplates(nil, tc.slices, nil).Resolve(context.Background(), []DRARequest{tc.req})[0]
 			if !slices.Equal(got.Matching, tc.want) || (got.Matching == nil) != (tc.want == nil) {
 				t.Fatalf("Matching = %#v, want %#v (unmatched: %q)", got.Matching, tc.want, got.Unmatched)
 			}
@@ -127,7 +129,7 @@ func TestUnmatchedSelectorsTriggerNoScaleUp(t *testing.T) {
 			Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: "device.attributes['neuron.aws.com'].instanceType == 'trn1.2xlarge' && " +
 				"device.attributes['neuron.aws.com'].neuronDriverVersion == '9.99.99.0'"}}}},
 	}}}})
-	reqs = NewDeviceTemplates(nil, []*resourcev1.ResourceSlice{neuronSlice("trn1-a", "trn1.32xlarge", "2.26.5.0", "0.3.0", 16)}).Resolve(context.Background(), reqs)
+	reqs = NewDeviceTemplates(nil, []*resourcev1.ResourceSlice{neuronSlice("trn1-a", "trn1.32xlarge", "2.26.5.0", "0.3.0", 16)}, nil).Resolve(context.Background(), reqs)
 	d := demand(testPod("pod-driver-version-missing"), reqs...)
 	problems := Check(d, allDaemonSets)
 	if len(problems) != 1 || !strings.Contains(problems[0].Message, "neuronDriverVersion 2.26.5.0") || !strings.Contains(problems[0].Message, "Change the claim's selectors") {
@@ -151,7 +153,7 @@ func FuzzDeviceTemplatesResolve(f *testing.F) {
 	f.Add("device.attributes[", int64(1), false)
 	f.Add("1 / 0 == 1", int64(1), false)
 	f.Add("'x'", int64(1), false)
-	templates := NewDeviceTemplates(nil, []*resourcev1.ResourceSlice{neuronSlice("trn1-a", "trn1.32xlarge", "2.26.5.0", "0.3.0", 16)})
+	templates := NewDeviceTemplates(nil, []*resourcev1.ResourceSlice{neuronSlice("trn1-a", "trn1.32xlarge", "2.26.5.0", "0.3.0", 16)}, nil)
 	f.Fuzz(func(t *testing.T, expr string, count int64, all bool) {
 		if len(expr) > 1024 {
 			return

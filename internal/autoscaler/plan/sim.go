@@ -1,19 +1,29 @@
 package plan
 
 import (
+	"context"
+
+	resourcev1 "k8s.io/api/resource/v1"
+
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
-// sim simulates nodes with the topology engine.
+// sim simulates nodes: device plugin pods with the topology engine, DRA pods with the
+// kube-scheduler's allocator over the ResourceSlices of a new node (DeviceTemplates).
 type sim struct {
 	cat    *topology.Catalog
 	policy topology.Policy
+	dra    *DeviceTemplates
 	shapes map[string]*topology.Shape
 }
 
-func newSim(cat *topology.Catalog, policy topology.Policy) *sim {
-	return &sim{cat: cat, policy: policy, shapes: map[string]*topology.Shape{}}
+// newSim returns a sim; dra nil means templates learned from no node (NewDeviceTemplates).
+func newSim(cat *topology.Catalog, policy topology.Policy, dra *DeviceTemplates) *sim {
+	if dra == nil {
+		dra = NewDeviceTemplates(cat, nil, nil)
+	}
+	return &sim{cat: cat, policy: policy, dra: dra, shapes: map[string]*topology.Shape{}}
 }
 
 // shape returns the shape of a new node of type t (default LNC); nil when t is not valid.
@@ -35,36 +45,15 @@ func (s *sim) shape(t topology.InstanceType) *topology.Shape {
 func (s *sim) place(u *topology.Usage, d PodDemand) ([]topology.Allocation, float64, bool) {
 	var hw []topology.Allocation
 	var score float64
-	if len(d.DRA) > 0 {
+	if len(d.DRA) > 0 || len(d.Claims) > 0 {
 		if len(d.Requests) > 0 {
 			return nil, 0, false
 		}
-		for _, r := range d.DRA {
-			free := u.FreeDevices()
-			n := r.Count
-			if r.All {
-				if len(free) != u.Shape().Devices() {
-					release(u, hw)
-					return nil, 0, false
-				}
-				n = len(free)
-			}
-			if n < 1 || n > len(free) {
-				release(u, hw)
-				return nil, 0, false
-			}
-			a, err := u.Shape().DeviceAllocation(free[:n])
-			if err == nil {
-				err = u.Allocate(a)
-			}
-			if err != nil {
-				release(u, hw)
-				return nil, 0, false
-			}
-			hw = append(hw, a)
+		hw, err := s.allocate(u, d)
+		if err != nil {
+			return nil, 0, false
 		}
-		score = 100 * (1 - float64(u.FreeCoreCount())/float64(u.Shape().Cores()))
-		return hw, score, true
+		return hw, 100 * (1 - float64(u.FreeCoreCount())/float64(u.Shape().Cores())), true
 	}
 	if len(d.Requests) == 0 {
 		return nil, 0, false
@@ -85,6 +74,56 @@ func (s *sim) place(u *topology.Usage, d PodDemand) ([]topology.Allocation, floa
 		hw = append(hw, a)
 	}
 	return hw, score, true
+}
+
+// allocate places the pod's claims on the node whose usage is u, as the kube-scheduler would:
+// a claim already allocated keeps its devices (which must be free on u), the others get what
+// the structured allocator finds among u's free devices, all of them together. It marks those
+// devices in use, or changes nothing and returns the reason they do not fit (errNoFit, or the
+// allocator's error).
+func (s *sim) allocate(u *topology.Usage, d PodDemand) ([]topology.Allocation, error) {
+	var hw []topology.Allocation
+	take := func(devs []int) error {
+		if len(devs) == 0 {
+			return nil
+		}
+		a, err := u.Shape().DeviceAllocation(devs)
+		if err == nil {
+			err = u.Allocate(a)
+		}
+		if err != nil {
+			return errNoFit
+		}
+		hw = append(hw, a)
+		return nil
+	}
+	var open []*resourcev1.ResourceClaim
+	for _, c := range claimsOf(d) {
+		if c.Status.Allocation != nil {
+			if err := take(deviceIndices(c.Status.Allocation.Devices.Results, u.Shape().Devices())); err != nil {
+				release(u, hw)
+				return nil, err
+			}
+			continue
+		}
+		if c := s.dra.forTemplate(context.Background(), c, u.Shape().Type); c != nil {
+			open = append(open, c)
+		}
+	}
+	if len(open) == 0 {
+		return hw, nil
+	}
+	got, err := s.dra.allocate(context.Background(), u.Shape().Type, u.UsedDevices(), open)
+	for _, devs := range got {
+		if err == nil {
+			err = take(devs)
+		}
+	}
+	if err != nil {
+		release(u, hw)
+		return nil, err
+	}
+	return hw, nil
 }
 
 func release(u *topology.Usage, hw []topology.Allocation) {

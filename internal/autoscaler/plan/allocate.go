@@ -1,0 +1,225 @@
+package plan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
+
+	"github.com/kube-neuron/kube-neuron/internal/dra/devices"
+	"github.com/kube-neuron/kube-neuron/internal/neuron"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// draFeatures are the DRA features the kube-scheduler v1.36 enables by default (the
+// dynamicresources plugin's structured.Features): admin access, prioritized lists
+// (firstAvailable) and partitionable devices (shared counters: the UltraServer node device
+// against the devices of its node).
+var draFeatures = structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true}
+
+// DefaultDeviceClass is the DeviceClass the chart installs for the driver, used when the cluster's
+// classes are not known (kubectl-neuron check offline).
+func DefaultDeviceClass() *resourcev1.DeviceClass {
+	return &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: DeviceClass},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
+			CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + DeviceClass + `"`},
+		}}},
+	}
+}
+
+// nodeTemplate is what a new node of one instance type publishes: its Node (for the slices'
+// node name) and its ResourceSlices, as the DRA driver builds them (devices.Build).
+type nodeTemplate struct {
+	node    *corev1.Node
+	slices  []*resourcev1.ResourceSlice
+	devices int
+}
+
+// The values a new node's own attributes take in its template. They are placeholders: only their
+// structure is right (which devices share a device group, that every device of the node has the
+// same UltraServer and network nodes), which is what matchAttribute constraints compare. A
+// selector that reads one of them is taken to match (unknownSelector).
+const (
+	templateNodePrefix = "new-node-"
+	templateEFAPrefix  = "new-node-efa-"
+	templateServerID   = "new-ultraserver"
+)
+
+// nodeTemplate returns the template of a new node of type t; nil when t has no valid shape.
+func (ts *DeviceTemplates) nodeTemplate(t topology.InstanceType) *nodeTemplate {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if nt, ok := ts.nodes[t.Name]; ok {
+		return nt
+	}
+	nt := buildTemplate(t, ts.learnedFor(t.Name))
+	ts.nodes[t.Name] = nt
+	return nt
+}
+
+// learnedFor are the learned attributes of type typ's devices: the type's own values over any
+// type's.
+func (ts *DeviceTemplates) learnedFor(typ string) map[resourcev1.QualifiedName]resourcev1.DeviceAttribute {
+	out := maps.Clone(ts.learned[""])
+	if out == nil {
+		out = map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{}
+	}
+	maps.Copy(out, ts.learned[typ])
+	return out
+}
+
+func buildTemplate(t topology.InstanceType, learned map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) *nodeTemplate {
+	shape, err := topology.NewShape(t, 0)
+	if err != nil {
+		return nil
+	}
+	name := templateNodePrefix + strings.ReplaceAll(t.Name, ".", "-")
+	hw := &neuron.Node{InstanceType: t.Name, Devices: make([]neuron.Device, t.Devices)}
+	for i := range hw.Devices {
+		hw.Devices[i] = neuron.Device{Index: i, EFAAddress: fmt.Sprintf("%s%d", templateEFAPrefix, i)}
+	}
+	if t.UltraServerNodes > 0 {
+		hw.UltraServer = &neuron.UltraServer{ServerID4: templateServerID, NodeID4: 0, NodeID2: -1}
+	}
+	if v := learned["neuronDriverVersion"].StringValue; v != nil {
+		hw.DriverVersion = *v
+	}
+	info := devices.NodeInfo{Name: name, Shape: shape, Hardware: hw,
+		NetworkNodes: [3]string{name + "-layer1", name + "-layer2", name + "-layer3"}}
+	if v := learned["draDriverVersion"].VersionValue; v != nil {
+		info.DriverVersion = *v
+	}
+	devs, counters := devices.Build(info, nil)
+	pool := resourcev1.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1}
+	if counters != nil {
+		pool.ResourceSliceCount = 2
+	}
+	slice := func(i int) *resourcev1.ResourceSlice {
+		return &resourcev1.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i)},
+			Spec:       resourcev1.ResourceSliceSpec{Driver: DeviceClass, NodeName: ptr.To(name), Pool: pool},
+		}
+	}
+	nt := &nodeTemplate{node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, devices: t.Devices}
+	s := slice(0)
+	s.Spec.Devices = devs
+	nt.slices = append(nt.slices, s)
+	if counters != nil {
+		s := slice(1)
+		s.Spec.SharedCounters = counters
+		nt.slices = append(nt.slices, s)
+	}
+	return nt
+}
+
+// classLister serves the DeviceClasses to the allocator.
+type classLister []*resourcev1.DeviceClass
+
+func (l classLister) List() ([]*resourcev1.DeviceClass, error) { return l, nil }
+
+func (l classLister) Get(name string) (*resourcev1.DeviceClass, error) {
+	for _, c := range l {
+		if c.Name == name {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("DeviceClass %s does not exist: create it (the chart's DRA driver installs %s)", name, DeviceClass)
+}
+
+// errNoFit is allocate's answer when the claims do not fit on the node.
+var errNoFit = errors.New("no fit")
+
+// allocate runs the kube-scheduler's structured allocator over a new node of type t whose devices
+// used are already allocated, for the claims (prepared by allocationClaims). It returns, per
+// claim, the indices of the Neuron devices it gets (the UltraServer node device stands for all
+// of the node's). The error is errNoFit when they do not fit, or the allocator's own error
+// (a selector that fails, a DeviceClass that does not exist), which no node of the type escapes.
+func (ts *DeviceTemplates) allocate(ctx context.Context, t topology.InstanceType, used []int, claims []*resourcev1.ResourceClaim) ([][]int, error) {
+	nt := ts.nodeTemplate(t)
+	if nt == nil || !ts.enoughDevices(ctx, t, used, claims) {
+		return nil, errNoFit
+	}
+	state := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	for _, i := range used {
+		state.AllocatedDevices.Insert(structured.MakeDeviceID(DeviceClass, nt.node.Name, devices.DeviceName(i)))
+	}
+	a, err := structured.NewAllocator(ctx, draFeatures, state, ts.classes, nt.slices, celCache)
+	if err != nil {
+		return nil, err
+	}
+	results, err := a.Allocate(ctx, nt.node, claims)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(results) != len(claims):
+		return nil, errNoFit
+	}
+	out := make([][]int, len(claims))
+	for k, r := range results {
+		out[k] = deviceIndices(r.Devices.Results, nt.devices)
+	}
+	return out, nil
+}
+
+// enoughDevices is a necessary condition for the claims to fit on a new node of type t whose
+// devices used are taken, checked before the allocator runs: every ExactCount request has as
+// many free devices matching it as it asks for, and all of them together have as many. The
+// allocator searches exhaustively, and an ExactCount request for more devices than are left
+// makes it try every order of them before it gives up (the kube-scheduler bounds that search
+// with a timeout); this answers those cases at once.
+func (ts *DeviceTemplates) enoughDevices(ctx context.Context, t topology.InstanceType, used []int, claims []*resourcev1.ResourceClaim) bool {
+	taken := make([]bool, t.Devices)
+	for _, i := range used {
+		taken[i] = true
+	}
+	free := func(i int) bool {
+		if i < t.Devices {
+			return !taken[i]
+		}
+		return len(used) == 0 // the node device: only while no device of the node is taken
+	}
+	var union []bool
+	total := 0
+	for _, c := range claims {
+		for _, r := range c.Spec.Devices.Requests {
+			if r.Exactly == nil || r.Exactly.AllocationMode == resourcev1.DeviceAllocationModeAll {
+				continue
+			}
+			m, _ := ts.requestMask(ctx, t, r.Exactly.DeviceClassName, r.Exactly.Selectors)
+			if union == nil {
+				union = make([]bool, len(m))
+			}
+			n := 0
+			for i, ok := range m {
+				if ok && free(i) {
+					n++
+					union[i] = true
+				}
+			}
+			if int64(n) < r.Exactly.Count {
+				return false
+			}
+			total += int(r.Exactly.Count)
+		}
+	}
+	n := 0
+	for _, ok := range union {
+		if ok {
+			n++
+		}
+	}
+	return total <= n
+}

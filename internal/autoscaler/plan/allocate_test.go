@@ -1,0 +1,216 @@
+package plan
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kube-neuron/kube-neuron/internal/testkit"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+var ctxBG = context.Background()
+
+// seedTemplate is the ResourceClaimTemplate spec of an example in examples/dra (the seeds'
+// templates).
+func seedTemplate(t *testing.T, file string) resourcev1.ResourceClaimSpec {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "dra", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range bytes.Split(data, []byte("\n---")) {
+		var tmpl resourcev1.ResourceClaimTemplate
+		if err := yaml.Unmarshal(doc, &tmpl); err == nil && tmpl.Kind == "ResourceClaimTemplate" {
+			return tmpl.Spec.Spec
+		}
+	}
+	t.Fatalf("%s has no ResourceClaimTemplate", file)
+	return resourcev1.ResourceClaimSpec{}
+}
+
+// claimPod is a pending pod whose one claim comes from a template with spec, as the controller
+// gives it to the planner; claims already allocated replace the template's.
+func claimPod(name string, spec resourcev1.ResourceClaimSpec, allocated ...*resourcev1.ResourceClaim) PodDemand {
+	pod := testkit.MakePod().Name(name).TolerateNeuron().Obj()
+	d := NewPodDemand(pod, NewDeviceTemplates(nil, nil, nil).Resolve(ctxBG, DRARequestsOf(spec)))
+	d.Claims = []*resourcev1.ResourceClaim{ClaimFromTemplate(pod.Namespace, pod.Name, "neurons", spec)}
+	if len(allocated) > 0 {
+		d.Claims = allocated
+	}
+	return d
+}
+
+func claimPods(prefix string, n int, spec resourcev1.ResourceClaimSpec) []PodDemand {
+	var out []PodDemand
+	for i := range n {
+		out = append(out, claimPod(fmt.Sprintf("%s-%d", prefix, i), spec))
+	}
+	return out
+}
+
+// nodeSummary is "type:pods,type:pods" of a plan's new nodes, sorted.
+func nodeSummary(s ScaleUp) string {
+	var out []string
+	for _, n := range newNodes(s) {
+		out = append(out, fmt.Sprintf("%s:%d", n.typ, len(n.pods)))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+// TestPlanSeedTemplates: the seeds' ResourceClaimTemplates, several pods each, on an empty fleet:
+// the kube-scheduler's allocator over a new node's ResourceSlices decides what a node takes.
+// Connected-device constraints (matchAttribute on the device groups) pack four 4-device pods
+// and two 8-device pods on one trn2.48xlarge, and no more.
+func TestPlanSeedTemplates(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		pods int
+		want string
+	}{
+		{"1x4-connected-neurons.yaml", 4, "trn2.48xlarge:4"},
+		{"1x4-connected-neurons.yaml", 5, "trn2.48xlarge:1,trn2.48xlarge:4"},
+		{"l-trn2.yaml", 3, "trn2.48xlarge:1,trn2.48xlarge:2"},
+		{"xl-trn2.yaml", 2, "trn2.48xlarge:1,trn2.48xlarge:1"},
+		{"single-neuron-device.yaml", 2, "trn1.2xlarge:1,trn1.2xlarge:1"},
+		// No Neuron node has published its driver version: the selector may match.
+		{"driver-version-trn1.yaml", 1, "trn1.2xlarge:1"},
+	} {
+		t.Run(fmt.Sprintf("%s x%d", tc.file, tc.pods), func(t *testing.T) {
+			pending := claimPods("p", tc.pods, seedTemplate(t, tc.file))
+			up, decisions := Plan(pending, nil, Options{})
+			for _, d := range decisions {
+				if d.Warning() {
+					t.Errorf("%s: %s", d.Pod, d.Message)
+				}
+			}
+			if got := nodeSummary(up); got != tc.want {
+				t.Errorf("new nodes %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPlanAllocatedDevices: claims already allocated on a launching node hold the devices the
+// scheduler gave them, and a pending pod goes there only if the allocator finds its devices among
+// the rest. The whole-device count says 8 of 16 are free on both nodes and would put the pods
+// there; the allocator knows that no 8 connected devices are left on the first and that the
+// UltraServer node device needs every device of the second.
+func TestPlanAllocatedDevices(t *testing.T) {
+	held := func(name, node string, devs ...string) PodDemand {
+		c := testkit.MakeClaim().Name(name+"-neurons").Request("neurons", int64(len(devs))).Device("neurons", node, devs...).Obj()
+		d := claimPod(name, c.Spec, c)
+		return d
+	}
+	var devs [16]string
+	for i := range devs {
+		devs[i] = fmt.Sprintf("neurondevice%d", i)
+	}
+	trn2 := NodeOption{Name: "trn2-a", InstanceType: "trn2.48xlarge", Mode: "dra", Bound: []PodDemand{
+		held("b1", "trn2-a", devs[0:4]...), held("b2", "trn2-a", devs[8:12]...),
+	}}
+	trn2u := NodeOption{Name: "trn2u-a", InstanceType: "trn2u.48xlarge", Mode: "dra", Bound: []PodDemand{held("b3", "trn2u-a", devs[0])}}
+	for _, tc := range []struct {
+		name, file string
+		launching  NodeOption
+		onLaunch   bool
+	}{
+		{"8 connected devices: none left", "l-trn2.yaml", trn2, false},
+		{"4 connected devices: two groups left", "1x4-connected-neurons.yaml", trn2, true},
+		{"the UltraServer node device: a device is taken", "us-4-node-config.yaml", trn2u, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pending := []PodDemand{claimPod("p", seedTemplate(t, tc.file))}
+			up, decisions := Plan(pending, []NodeOption{tc.launching}, Options{})
+			if decisions[0].Warning() {
+				t.Fatalf("refused: %s", decisions[0].Message)
+			}
+			onLaunch := up.Nodes[decisions[0].Node].Launching
+			if onLaunch != tc.onLaunch {
+				t.Errorf("planned onto the launching node: %v, want %v (plan %+v)", onLaunch, tc.onLaunch, up.Nodes)
+			}
+		})
+	}
+}
+
+// TestPlanFirstAvailable: a request whose first alternative no node can serve gets a node for a
+// later one, as the scheduler's allocator chooses it.
+func TestPlanFirstAvailable(t *testing.T) {
+	trn1 := []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: "device.attributes['neuron.aws.com'].instanceType == 'trn1.2xlarge'"}}}
+	spec := resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "neurons", FirstAvailable: []resourcev1.DeviceSubRequest{
+		{Name: "many", DeviceClassName: DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 32, Selectors: trn1},
+		{Name: "one", DeviceClassName: DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1, Selectors: trn1},
+	}}}}}
+	d := claimPod("p", spec)
+	if problems := Check(d, Environment{DRADriver: true}); len(problems) > 0 {
+		t.Fatalf("Check: %v", messages(problems))
+	}
+	up, decisions := Plan([]PodDemand{d}, nil, Options{})
+	if decisions[0].Warning() {
+		t.Fatalf("refused: %s", decisions[0].Message)
+	}
+	if got := nodeSummary(up); got != "trn1.2xlarge:1" {
+		t.Errorf("new nodes %s, want trn1.2xlarge:1", got)
+	}
+}
+
+// TestPlanDeviceClass: the DeviceClass's own selectors count, and a class that does not exist
+// launches nothing, as the scheduler refuses such a claim.
+func TestPlanDeviceClass(t *testing.T) {
+	spec := seedTemplate(t, "single-neuron-device.yaml")
+	spec.Devices.Requests[0].Exactly.Selectors = nil // any type the class allows
+	inf2Only := DefaultDeviceClass()
+	inf2Only.Spec.Selectors = append(inf2Only.Spec.Selectors, resourcev1.DeviceSelector{CEL: &resourcev1.CELDeviceSelector{
+		Expression: "device.attributes['neuron.aws.com'].instanceType.startsWith('inf2.')"}})
+	for _, tc := range []struct {
+		name    string
+		classes []*resourcev1.DeviceClass
+		want    string
+	}{
+		{"the chart's class: the cheapest type", nil, "inf1.xlarge:1"},
+		{"a class for inf2 only", []*resourcev1.DeviceClass{inf2Only}, "inf2.xlarge:1"},
+		{"no class", []*resourcev1.DeviceClass{}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			devs := NewDeviceTemplates(nil, nil, tc.classes)
+			up, decisions := Plan([]PodDemand{claimPod("p", spec)}, nil, Options{Devices: devs})
+			if got := nodeSummary(up); got != tc.want {
+				t.Errorf("new nodes %q, want %q (%s)", got, tc.want, decisions[0].Message)
+			}
+		})
+	}
+}
+
+// TestEnoughDevices: the check that keeps the allocator from searching every order of devices
+// that cannot be enough agrees with the allocator wherever the allocator answers quickly.
+func TestEnoughDevices(t *testing.T) {
+	ts := NewDeviceTemplates(nil, nil, nil)
+	trn2, _ := topology.DefaultCatalog().Lookup("trn2.48xlarge")
+	claim := func(n int64) []*resourcev1.ResourceClaim {
+		return []*resourcev1.ResourceClaim{testkit.MakeClaim().Name("c").Request("r", n).Obj()}
+	}
+	for _, tc := range []struct {
+		used []int
+		n    int64
+		want bool
+	}{
+		{nil, 16, true}, {nil, 17, false}, {[]int{0, 5}, 14, true}, {[]int{0, 5}, 15, false},
+	} {
+		if got := ts.enoughDevices(ctxBG, trn2, tc.used, claim(tc.n)); got != tc.want {
+			t.Errorf("enoughDevices(used %v, %d devices) = %v, want %v", tc.used, tc.n, got, tc.want)
+		}
+		_, err := ts.allocate(ctxBG, trn2, tc.used, claim(tc.n))
+		if fits := err == nil; fits != tc.want {
+			t.Errorf("allocate(used %v, %d devices) fits %v, want %v (%v)", tc.used, tc.n, fits, tc.want, err)
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package plan
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	resourcev1 "k8s.io/api/resource/v1"
+
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// Which devices of a new node a selector matches. A new node's template knows every attribute
+// its devices publish except the node's own (nodeOwnAttributes: its network nodes, UltraServer
+// and device group ids, which are the same kind of value on every device of one node) and, until
+// a Neuron node has published them, the versions of learnedAttributes. A selector that reads one
+// of those is evaluated with the attribute missing, and where that is all that fails, it is
+// taken to match: a new node may have the value. The allocator gets such a selector as the list
+// of devices it matches (forNewNode), so that everything else about the claim stays exact.
+
+// unknownSelector reports whether a selector reads an attribute a new node's template cannot
+// know: one of the node's own, or a version no Neuron node has published yet.
+func (ts *DeviceTemplates) unknownSelector(expr string) bool {
+	for _, a := range nodeOwnAttributes {
+		if strings.Contains(expr, a) {
+			return true
+		}
+	}
+	for _, a := range learnedAttributes {
+		if _, known := ts.learned[""][a]; !known && strings.Contains(expr, string(a)) {
+			return true
+		}
+	}
+	return false
+}
+
+// unknownKey reports whether a CEL evaluation error is an attribute unknownSelector would report
+// missing.
+func (ts *DeviceTemplates) unknownKey(err error) bool {
+	_, key, ok := strings.Cut(err.Error(), "no such key: ")
+	return ok && ts.unknownSelector(strings.TrimSpace(key))
+}
+
+// maskKey identifies a selector's mask on one instance type.
+type maskKey struct {
+	typ, expr string
+}
+
+// selectorMask returns, per device of type t's template (templateDevices: the devices, then the
+// UltraServer node device), whether the selector matches it, a missing unknown attribute
+// counting as a match. The error is the selector's own (it does not compile, or fails on a
+// device for another reason); no device matches then.
+func (ts *DeviceTemplates) selectorMask(ctx context.Context, t topology.InstanceType, expr string) ([]bool, error) {
+	key := maskKey{t.Name, expr}
+	ts.mu.Lock()
+	m, ok := ts.masks[key]
+	err := ts.maskErrs[key]
+	ts.mu.Unlock()
+	if ok {
+		return m, err
+	}
+	devs := ts.templateDevices(t)
+	m = make([]bool, len(devs))
+	c := celCache.GetOrCompile(expr)
+	if c.Error != nil {
+		err = fmt.Errorf("the selector %q does not compile: %v", expr, c.Error)
+	}
+	for i, d := range devs {
+		if err != nil {
+			break
+		}
+		match, _, evalErr := c.DeviceMatches(ctx, d)
+		switch {
+		case evalErr == nil:
+			m[i] = match
+		case ts.unknownKey(evalErr):
+			m[i] = true
+		default:
+			err = fmt.Errorf("the selector %q fails on a %s device: %v", expr, t.Name, evalErr)
+			clear(m)
+		}
+	}
+	ts.mu.Lock()
+	ts.masks[key], ts.maskErrs[key] = m, err
+	ts.mu.Unlock()
+	return m, err
+}
+
+// selectorsMask is the devices of type t's template that every selector matches.
+func (ts *DeviceTemplates) selectorsMask(ctx context.Context, t topology.InstanceType, exprs []string) ([]bool, error) {
+	out := make([]bool, len(ts.templateDevices(t)))
+	for i := range out {
+		out[i] = true
+	}
+	for _, e := range exprs {
+		m, err := ts.selectorMask(ctx, t, e)
+		if err != nil {
+			return make([]bool, len(out)), err
+		}
+		for i := range out {
+			out[i] = out[i] && m[i]
+		}
+	}
+	return out, nil
+}
+
+// requestMask is the devices of type t's template that a request of the DeviceClass with these
+// selectors may get: those the class's selectors and its own match.
+func (ts *DeviceTemplates) requestMask(ctx context.Context, t topology.InstanceType, class string, sel []resourcev1.DeviceSelector) ([]bool, error) {
+	var exprs []string
+	if c, err := ts.classes.Get(class); err == nil {
+		for _, s := range c.Spec.Selectors {
+			if s.CEL != nil {
+				exprs = append(exprs, s.CEL.Expression)
+			}
+		}
+	}
+	for _, s := range sel {
+		if s.CEL != nil {
+			exprs = append(exprs, s.CEL.Expression)
+		}
+	}
+	return ts.selectorsMask(ctx, t, exprs)
+}
+
+// forNewNode returns the selectors as the allocator evaluates them on the template of a new node
+// of type t: a selector that reads an unknown attribute becomes the devices it matches
+// (selectorMask), or is left out when it matches all of them; the others stay as they are.
+func (ts *DeviceTemplates) forNewNode(ctx context.Context, t topology.InstanceType, sel []resourcev1.DeviceSelector) []resourcev1.DeviceSelector {
+	var out []resourcev1.DeviceSelector
+	for _, s := range sel {
+		if s.CEL == nil || !ts.unknownSelector(s.CEL.Expression) {
+			out = append(out, s)
+			continue
+		}
+		m, err := ts.selectorMask(ctx, t, s.CEL.Expression)
+		if err != nil {
+			out = append(out, s) // the allocator reports it
+			continue
+		}
+		if e, all := maskExpression(m, t.Devices); !all {
+			out = append(out, resourcev1.DeviceSelector{CEL: &resourcev1.CELDeviceSelector{Expression: e}})
+		}
+	}
+	return out
+}
+
+// maskExpression is a CEL expression that matches exactly the template devices m marks (the
+// first n are Neuron devices by deviceId, one more the UltraServer node device); all reports
+// that m marks every device, so that no expression is needed.
+func maskExpression(m []bool, n int) (expr string, all bool) {
+	var ids []string
+	all = true
+	node := false
+	for i, ok := range m {
+		all = all && ok
+		switch {
+		case !ok:
+		case i < n:
+			ids = append(ids, fmt.Sprint(i))
+		default:
+			node = true
+		}
+	}
+	attrs := `device.attributes["` + DeviceClass + `"]`
+	var terms []string
+	if len(ids) > 0 {
+		terms = append(terms, fmt.Sprintf(`(%s.resourceType == "neuron_device" && %s.deviceId in [%s])`, attrs, attrs, strings.Join(ids, ", ")))
+	}
+	if node {
+		terms = append(terms, fmt.Sprintf(`%s.resourceType == "neuron_node"`, attrs))
+	}
+	if len(terms) == 0 {
+		return "false", all
+	}
+	return strings.Join(terms, " || "), all
+}
