@@ -189,7 +189,7 @@ func runCheck(o *options, c *checkOptions, stdin io.Reader) error {
 	}
 	neuronPods := 0
 	// Offline, no node's versions are known: a selector on them may match (see DeviceTemplates).
-	templates := plan.NewDeviceTemplates(cat, nil)
+	templates := plan.NewDeviceTemplates(cat, nil, nil)
 	for _, p := range pods {
 		d := plan.NewPodDemand(p.pod, templates.Resolve(context.Background(), specs.draRequests(p.pod)))
 		if !d.Neuron() {
