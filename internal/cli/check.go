@@ -191,7 +191,9 @@ func runCheck(o *options, c *checkOptions, stdin io.Reader) error {
 	// Offline, no node's versions are known: a selector on them may match (see DeviceTemplates).
 	templates := plan.NewDeviceTemplates(cat, nil, nil)
 	for _, p := range pods {
-		d := plan.NewPodDemand(p.pod, templates.Resolve(context.Background(), specs.draRequests(p.pod)))
+		dra, claims := specs.draRequests(p.pod)
+		d := plan.NewPodDemand(p.pod, templates.Resolve(context.Background(), dra))
+		d.Claims = claims
 		if !d.Neuron() {
 			continue
 		}
@@ -199,7 +201,7 @@ func runCheck(o *options, c *checkOptions, stdin io.Reader) error {
 		add := func(severity, reason, msg string) {
 			findings = append(findings, Finding{Object: p.object, File: p.file, Severity: severity, Reason: reason, Message: msg})
 		}
-		for _, pr := range plan.Check(d, plan.Environment{Catalog: cat, DevicePlugin: true, DRADriver: true}) {
+		for _, pr := range plan.Check(d, plan.Environment{Catalog: cat, DevicePlugin: true, DRADriver: true, Devices: templates}) {
 			add(SeverityError, pr.Reason, pr.Message)
 		}
 		for _, w := range plan.Advise(p.pod, plan.AdviceOptions{Catalog: cat, SchedulerName: c.schedulerName}) {
@@ -420,21 +422,28 @@ func v1beta1ClaimAsV1(kind string, doc []byte) ([]byte, error) {
 	return json.Marshal(obj)
 }
 
-// draRequests resolves the pod's claims against the claims and templates of the files; a claim
-// defined elsewhere is not checked.
-func (s claimSpecs) draRequests(pod *corev1.Pod) []plan.DRARequest {
+// draRequests resolves the pod's claims against the claims and templates of the files, with the
+// claims as the planner allocates them; a claim defined elsewhere is not checked.
+func (s claimSpecs) draRequests(pod *corev1.Pod) ([]plan.DRARequest, []*resourcev1.ResourceClaim) {
 	var out []plan.DRARequest
+	var claims []*resourcev1.ResourceClaim
+	add := func(name string, spec resourcev1.ResourceClaimSpec) {
+		if reqs := plan.DRARequestsOf(spec); len(reqs) > 0 {
+			out = append(out, reqs...)
+			claims = append(claims, plan.ClaimFromTemplate(pod.Namespace, pod.Name, name, spec))
+		}
+	}
 	for _, rc := range pod.Spec.ResourceClaims {
 		switch {
 		case rc.ResourceClaimName != nil:
 			if spec, ok := s.claims[pod.Namespace+"/"+*rc.ResourceClaimName]; ok {
-				out = append(out, plan.DRARequestsOf(spec)...)
+				add(rc.Name, spec)
 			}
 		case rc.ResourceClaimTemplateName != nil:
 			if spec, ok := s.templates[pod.Namespace+"/"+*rc.ResourceClaimTemplateName]; ok {
-				out = append(out, plan.DRARequestsOf(spec)...)
+				add(rc.Name, spec)
 			}
 		}
 	}
-	return out
+	return out, claims
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // TestCheckConstraintNoGroupIsThatLarge is the user's case: count 6 with a devicegroup4_id
-// matchAttribute passed; no node has 6 devices sharing a devicegroup4_id.
+// matchAttribute passed; no node has 6 devices sharing a devicegroup4_id. The template gets the
+// constraint's explanation; its pod gets what the autoscaler would tell it (no node for it).
 func TestCheckConstraintNoGroupIsThatLarge(t *testing.T) {
 	stdout, stderr, code := run(t, "check", "-f", "testdata/check/six-in-a-group-of-four.yaml", "-o", "json")
 	if code != ExitRefused {
@@ -23,8 +24,11 @@ func TestCheckConstraintNoGroupIsThatLarge(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].Object != "ResourceClaimTemplate six-connected-neurons" || got[0].Reason != ReasonUnsatisfiableConstraint || got[0].Severity != SeverityError {
+	if len(got) != 2 || got[0].Object != "ResourceClaimTemplate six-connected-neurons" || got[0].Reason != ReasonUnsatisfiableConstraint || got[0].Severity != SeverityError {
 		t.Fatalf("findings %+v", got)
+	}
+	if got[1].Object != "Pod pod0" || got[1].Reason != "NotTriggerScaleUp" || !strings.Contains(got[1].Message, "no set of them satisfies the pod's claims (6 devices) together with their selectors and constraints") {
+		t.Errorf("the pod's finding %+v, want the autoscaler's refusal", got[1])
 	}
 	for _, want := range []string{
 		"constraints[0].matchAttribute resource.aws.com/devicegroup4_id",

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 
 	neuronv1 "github.com/kube-neuron/kube-neuron/api/neuron.aws.com/v1"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
@@ -202,9 +203,16 @@ func servingProblem(d PodDemand, s *sim) *Problem {
 		}
 	}
 	sortByPrice(alternatives)
-	what := "the pod"
-	if n := len(d.Requests) + len(d.DRA); n == 1 {
+	what, change := "the pod", "the request"
+	if len(d.DRA) > 0 {
+		change = "the claim"
+	}
+	constrained := slices.ContainsFunc(claimsOf(d), func(c *resourcev1.ResourceClaim) bool { return len(c.Spec.Devices.Constraints) > 0 })
+	switch n := len(d.Requests) + len(d.DRA); {
+	case n == 1 && !constrained:
 		what = demandString(d)
+	case len(d.DRA) > 0:
+		what = "the pod's claims"
 	}
 	var msg string
 	switch refusal := s.refusal(allowed, d); {
@@ -230,7 +238,7 @@ func servingProblem(d PodDemand, s *sim) *Problem {
 	} else if len(allowed) < len(cat.Types()) {
 		msg += fmt.Sprintf("; no instance type in the catalog can serve %s", what)
 	}
-	msg += ". Change the request"
+	msg += ". Change " + change
 	if len(alternatives) > 0 && len(constraintList(d)) > 0 {
 		msg += " or the pod's " + constraintNames(d)
 	}
