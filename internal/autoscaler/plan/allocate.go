@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -61,9 +62,32 @@ func (ts *DeviceTemplates) nodeTemplate(t topology.InstanceType) *nodeTemplate {
 	if nt, ok := ts.nodes[t.Name]; ok {
 		return nt
 	}
-	nt := buildTemplate(t, ts.learnedFor(t.Name))
+	learned := ts.learnedFor(t.Name)
+	key := fmt.Sprintf("%s %v", t.Name, learnedKey(learned))
+	if cached, ok := builtTemplates.Load(key); ok {
+		nt := cached.(*nodeTemplate)
+		ts.nodes[t.Name] = nt
+		return nt
+	}
+	nt := buildTemplate(t, learned)
+	builtTemplates.Store(key, nt)
 	ts.nodes[t.Name] = nt
 	return nt
+}
+
+// builtTemplates are the templates built so far, by type and learned attributes: every planning
+// round builds the same few, and they are never changed once built.
+var builtTemplates sync.Map
+
+// learnedKey is the learned attributes as text, in a fixed order.
+func learnedKey(learned map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) []string {
+	var out []string
+	for _, a := range learnedAttributes {
+		if v, ok := learned[a]; ok {
+			out = append(out, string(a)+"="+attributeText(v))
+		}
+	}
+	return out
 }
 
 // learnedFor are the learned attributes of type typ's devices: the type's own values over any

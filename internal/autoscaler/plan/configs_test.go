@@ -90,8 +90,12 @@ func TestOpaqueConfigs(t *testing.T) {
 				if len(problems) > 0 {
 					t.Fatalf("Check: %q, want none", problems)
 				}
-				if len(nodes) != 1 || nodes[0].InstanceType.Name != tc.want {
-					t.Fatalf("plan %+v, decisions %+v: want one %s", nodes, decisions, tc.want)
+				want := 1 // an UltraServer type comes as a whole UltraServer
+				if it, _ := defaultCatalog.Lookup(tc.want); it.UltraServerNodes > 0 {
+					want = it.UltraServerNodes
+				}
+				if len(nodes) != want || nodes[0].InstanceType.Name != tc.want {
+					t.Fatalf("plan %+v, decisions %+v: want %d %s", nodes, decisions, want, tc.want)
 				}
 				return
 			}

@@ -24,6 +24,11 @@ import (
 // Cheapest is the least (unplaced pods, new nodes of a type without a price, summed price of the
 // others), compared in that order: the planner's own ranking. Launching nodes and the node and
 // device limits are not modelled: the batch has none.
+//
+// UltraServer types (trn2u) come only as whole UltraServers: a unit of UltraServerNodes nodes
+// that costs that many nodes, whose pods fit on its nodes (each node as above), and that holds
+// only pods no other type in the families serves (the planner's rule: trn2u only for pods that
+// need it). Other nodes are of the other types.
 
 // fleet is the oracle's answer.
 type fleet struct {
@@ -85,6 +90,7 @@ func optimalFleet(pending []PodDemand, opts Options) fleet {
 	for set := 1; set < 1<<n; set++ {
 		node[set] = slices.IndexFunc(shapes, func(s *topology.Shape) bool { return fitsTogether(pending, set, s, policy) })
 	}
+	unit, unitType := ultraServerUnits(pending, node, opts)
 	// best[set]: the cheapest fleet for the pods of the set. Its lowest pod is unplaced, or on a
 	// node with some of the others.
 	best := make([]fleetCost, 1<<n)
@@ -93,11 +99,18 @@ func optimalFleet(pending []PodDemand, opts Options) fleet {
 		low := set & -set
 		best[set] = best[set^low].plus(fleetCost{unplaced: 1})
 		for sub := set; sub > 0; sub = (sub - 1) & set {
-			if sub&low == 0 || node[sub] < 0 {
+			if sub&low == 0 {
 				continue
 			}
-			if c := best[set^sub].plus(nodeCost(shapes[node[sub]].Type)); c.compare(best[set]) < 0 {
-				best[set], group[set] = c, sub
+			if node[sub] >= 0 {
+				if c := best[set^sub].plus(nodeCost(shapes[node[sub]].Type)); c.compare(best[set]) < 0 {
+					best[set], group[set] = c, sub
+				}
+			}
+			if unit[sub] {
+				if c := best[set^sub].plus(unitCost(unitType)); c.compare(best[set]) < 0 {
+					best[set], group[set] = c, -sub
+				}
 			}
 		}
 	}
@@ -109,7 +122,13 @@ func optimalFleet(pending []PodDemand, opts Options) fleet {
 			set ^= low
 			continue
 		}
-		fn := fleetNode{typ: shapes[node[sub]].Type}
+		var fn fleetNode
+		if sub < 0 {
+			sub = -sub
+			fn.typ = unitType
+		} else {
+			fn.typ = shapes[node[sub]].Type
+		}
 		for s := sub; s != 0; s &= s - 1 {
 			fn.pods = append(fn.pods, bits.TrailingZeros(uint(s)))
 		}
@@ -117,6 +136,57 @@ func optimalFleet(pending []PodDemand, opts Options) fleet {
 		set ^= sub
 	}
 	return f
+}
+
+// unitCost is what an UltraServer of type t costs: all its nodes.
+func unitCost(t topology.InstanceType) fleetCost {
+	c := nodeCost(t)
+	return fleetCost{unknown: c.unknown * t.UltraServerNodes, usd: c.usd * float64(t.UltraServerNodes)}
+}
+
+// ultraServerUnits returns, per set of pods, whether one UltraServer of the cheapest UltraServer
+// type in the families holds them: each pod needs one (no other type serves it, node[1<<i] < 0),
+// and the set splits into at most UltraServerNodes sets that each fit on one of its nodes.
+func ultraServerUnits(pending []PodDemand, node []int, opts Options) ([]bool, topology.InstanceType) {
+	n := len(pending)
+	unit := make([]bool, 1<<n)
+	types := ultraServerTypes(Options{Catalog: cmp.Or(opts.Catalog, topology.DefaultCatalog()), Families: opts.Families})
+	if len(types) == 0 {
+		return unit, topology.InstanceType{}
+	}
+	t := types[0]
+	shape, err := topology.NewShape(t, 0)
+	if err != nil {
+		return unit, t
+	}
+	policy := cmp.Or(opts.Policy, topology.BestFit)
+	need := 0
+	for i := range n {
+		if node[1<<i] < 0 {
+			need |= 1 << i
+		}
+	}
+	if need == 0 {
+		return unit, t
+	}
+	// nodes[set]: the fewest UltraServer nodes that hold the pods of set (none: more than any
+	// UltraServer has).
+	none := t.UltraServerNodes + 1
+	nodes := make([]int, 1<<n)
+	for set := 1; set < 1<<n; set++ {
+		nodes[set] = none
+		if set&^need != 0 {
+			continue
+		}
+		low := set & -set
+		for sub := set; sub > 0; sub = (sub - 1) & set {
+			if sub&low != 0 && nodes[set^sub] < none && nodes[set^sub]+1 < nodes[set] && fitsTogether(pending, sub, shape, policy) {
+				nodes[set] = nodes[set^sub] + 1
+			}
+		}
+		unit[set] = nodes[set] <= t.UltraServerNodes
+	}
+	return unit, t
 }
 
 // nodeTypes returns the shapes of the types a new node may have under opts, cheapest first
@@ -128,7 +198,7 @@ func nodeTypes(opts Options) ([]*topology.Shape, topology.Policy) {
 	}
 	var shapes []*topology.Shape
 	for _, t := range cat.Types() {
-		if shape, err := topology.NewShape(t, 0); err == nil && (len(opts.Families) == 0 || slices.Contains(opts.Families, t.Family)) {
+		if shape, err := topology.NewShape(t, 0); err == nil && t.UltraServerNodes == 0 && (len(opts.Families) == 0 || slices.Contains(opts.Families, t.Family)) {
 			shapes = append(shapes, shape)
 		}
 	}
@@ -136,17 +206,22 @@ func nodeTypes(opts Options) ([]*topology.Shape, topology.Policy) {
 	return shapes, cmp.Or(opts.Policy, topology.BestFit)
 }
 
-// perPodCost is the cost of a node of the cheapest type for each pod alone: what Plan promises
-// not to exceed when every pod has a priced type. It takes batches of any size.
+// perPodCost is the cost of a node of the cheapest type for each pod alone (an UltraServer for a
+// pod only one serves): what Plan promises not to exceed when every pod has a priced type. It
+// takes batches of any size.
 func perPodCost(pending []PodDemand, opts Options) fleetCost {
 	shapes, policy := nodeTypes(opts)
 	var c fleetCost
 	for i := range pending {
 		k := slices.IndexFunc(shapes, func(s *topology.Shape) bool { return fitsTogether(pending[i:i+1], 1, s, policy) })
-		if k < 0 {
-			c.unplaced++
-		} else {
+		if k >= 0 {
 			c = c.plus(nodeCost(shapes[k].Type))
+			continue
+		}
+		if unit, unitType := ultraServerUnits(pending[i:i+1], []int{-1, k}, opts); unit[1] {
+			c = c.plus(unitCost(unitType))
+		} else {
+			c.unplaced++
 		}
 	}
 	return c

@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-neuron/kube-neuron/internal/topology"
@@ -43,6 +45,9 @@ type NodeOption struct {
 	// pods planned elsewhere): they occupy it first. A planned pod that no longer fits beside
 	// them is planned again.
 	Bound []PodDemand
+	// UltraServer is the UltraServer id of a node launched as part of an UltraServer (its
+	// labels.UltraServerServerID4 label); "" for other nodes.
+	UltraServer string
 }
 
 // ScaleUp is what Plan decided to launch.
@@ -78,6 +83,10 @@ type NodePlan struct {
 	// Pods are the pods of this plan, in the order they were simulated. For a launching node,
 	// only the pods added now.
 	Pods []Placement
+	// UltraServer, on the nodes of an UltraServer, is its id (16 hex digits), the same on all
+	// its nodes, which are launched together; UltraServerNode is the node's position in it.
+	UltraServer     string
+	UltraServerNode int
 }
 
 // Labels are the labels the node carries (NewNodeLabels).
@@ -114,12 +123,49 @@ func (d Decision) Warning() bool { return d.Reason == ReasonNotTriggerScaleUp }
 // above one node of the cheapest fitting type per pod). Every pod gets a Decision, in the order
 // of pending.
 func Plan(pending []PodDemand, launching []NodeOption, opts Options) (ScaleUp, []Decision) {
-	p := newPlanner(pending, launching, opts)
+	if opts.Catalog == nil {
+		opts.Catalog = topology.DefaultCatalog()
+	}
+	var general, units []int
+	for i, d := range pending {
+		if needsUltraServer(d) {
+			units = append(units, i)
+		} else {
+			general = append(general, i)
+		}
+	}
+	gp := make([]PodDemand, len(general))
+	for k, i := range general {
+		gp[k] = pending[i]
+	}
+	p := newPlanner(gp, launching, opts)
 	packed := p.run(true)
 	naive := p.run(false)
 	best := packed
 	if naive.worse(packed) < 0 {
 		best = naive
 	}
-	return p.result(best)
+	up, gd := p.result(best)
+	decisions := make([]Decision, len(pending))
+	for k, i := range general {
+		decisions[i] = gd[k]
+		if gd[k].Warning() && len(p.cands[k]) == 0 && len(p.outside[k]) == 0 && servedByUltraServer(p.sim, gp[k], opts) {
+			units = append(units, i)
+		}
+	}
+	if len(units) == 0 {
+		return up, decisions
+	}
+	slices.Sort(units)
+	nodesCap, devCap := -1, -1
+	if opts.MaxNodes > 0 {
+		nodesCap = max(0, opts.MaxNodes-opts.Existing.Nodes-best.launchN-best.newN)
+	}
+	if opts.MaxDevices > 0 {
+		devCap = max(0, opts.MaxDevices-opts.Existing.Devices-best.launchD-best.newD)
+	}
+	u := newUnitPlanner(p.sim, pending, launching, opts, nodesCap, devCap)
+	u.plan(units)
+	u.result(units, &up, decisions)
+	return up, decisions
 }

@@ -78,7 +78,8 @@ func (p *planner) index(pending []PodDemand) {
 	p.empty = make([]string, len(types))
 	for ti, t := range types {
 		p.typeIndex[t.Name] = ti
-		p.famOK[ti] = p.familyAllowed(t)
+		// UltraServer types are launched as whole UltraServers only (ultraserver.go).
+		p.famOK[ti] = p.familyAllowed(t) && t.UltraServerNodes == 0
 		if sh := p.sim.shape(t); sh != nil {
 			p.cores[ti] = sh.Cores()
 			p.empty[ti] = stateKey(ti, topology.NewUsage(sh))

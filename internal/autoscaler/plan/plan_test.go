@@ -259,6 +259,7 @@ func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts O
 		}
 	}
 	onNode := map[string]int{}
+	units := map[string][]NodePlan{} // UltraServer id -> its nodes in the plan
 	newCount, newDevices := 0, 0
 	var cost float64
 	unknown := 0
@@ -300,7 +301,12 @@ func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts O
 				t.Errorf("new node %d is of family %s, not allowed", k, n.InstanceType.Family)
 			}
 		}
-		if len(n.Pods) == 0 {
+		switch {
+		case n.UltraServer != "":
+			units[n.UltraServer] = append(units[n.UltraServer], n)
+		case n.InstanceType.UltraServerNodes > 0 && !n.Launching:
+			t.Errorf("node %d is a new %s outside any UltraServer", k, n.InstanceType.Name)
+		case len(n.Pods) == 0:
 			t.Errorf("node %d has no pods", k)
 		}
 		for _, pl := range n.Pods {
@@ -330,6 +336,19 @@ func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts O
 					}
 				}
 			}
+		}
+	}
+	for id, nodes := range units {
+		pods, positions := 0, map[int]bool{}
+		for _, n := range nodes {
+			pods += len(n.Pods)
+			positions[n.UltraServerNode] = true
+			if n.InstanceType.Name != nodes[0].InstanceType.Name || n.Launching != nodes[0].Launching {
+				t.Errorf("UltraServer %s mixes types or launching and new nodes", id)
+			}
+		}
+		if !nodes[0].Launching && (len(nodes) != nodes[0].InstanceType.UltraServerNodes || len(positions) != len(nodes) || pods == 0) {
+			t.Errorf("new UltraServer %s: %d nodes at %d positions with %d pods; want all %d of its nodes, and pods", id, len(nodes), len(positions), pods, nodes[0].InstanceType.UltraServerNodes)
 		}
 	}
 	if math.Abs(cost-plan.CostUSDPerHour) > 1e-9 || unknown != plan.UnknownPriceNodes {

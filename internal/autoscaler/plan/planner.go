@@ -62,7 +62,8 @@ func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *plan
 	p.index(pending)
 	for i := range pending {
 		for ti, t := range types {
-			if !p.allow[i].has(ti) || !p.serves(ti, p.req[i]) {
+			// UltraServer types are launched as whole UltraServers only (ultraserver.go).
+			if t.UltraServerNodes > 0 || !p.allow[i].has(ti) || !p.serves(ti, p.req[i]) {
 				continue
 			}
 			if !p.famOK[ti] {

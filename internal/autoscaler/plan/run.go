@@ -91,8 +91,8 @@ func (r *run) addLaunching(lo NodeOption) {
 	}
 	r.launchD += t.Devices
 	ti, ok := p.typeIndex[t.Name]
-	if !ok || p.sim.shape(t) == nil {
-		return
+	if !ok || p.sim.shape(t) == nil || lo.UltraServer != "" {
+		return // an UltraServer's nodes take the pods that need one (ultraserver.go)
 	}
 	mode := lo.Mode
 	if mode == "" {
