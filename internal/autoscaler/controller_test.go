@@ -76,6 +76,18 @@ func (p *fakeProvider) Launch(_ context.Context, r NodeRequest) (Instance, error
 	return in, nil
 }
 
+func (p *fakeProvider) LaunchUltraServer(ctx context.Context, _ string, nodes []NodeRequest) ([]Instance, error) {
+	var out []Instance
+	for _, r := range nodes {
+		in, err := p.Launch(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
 // rename makes the provider list a node under another name from now on, as EC2 does once it
 // reports the private DNS name RunInstances had not returned yet.
 func (p *fakeProvider) rename(from, to string) {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
 )
 
 // instances lists the provider's nodes, adds those this controller launched that the provider
@@ -124,23 +125,34 @@ func (c *Controller) nodeName(instanceType string, pods []string, taken map[stri
 	return name
 }
 
-// launch launches one planned node and returns it as the provider describes it (its Name is the
-// node name it registers under).
-func (c *Controller) launch(ctx context.Context, name string, n plan.NodePlan, pods []string, now time.Time) (Instance, error) {
+// nodeRequest is what the provider is asked to launch for a planned node: its labels (with,
+// on an UltraServer's nodes, its identity), the planned pods and the startup taints.
+func (c *Controller) nodeRequest(name string, n plan.NodePlan, pods []string) NodeRequest {
 	lbls := n.Labels()
 	lbls[LaunchedByLabel] = LaunchedByValue
-	req := NodeRequest{
+	return NodeRequest{
 		Name: name, Type: n.InstanceType.Name, Mode: n.Mode, Labels: lbls,
 		Annotations: map[string]string{PlannedPodsAnnotation: strings.Join(pods, ",")},
 		Taints:      []corev1.Taint{plan.NeuronTaint(), LaunchingTaint()},
 	}
+}
+
+// launch launches one planned node and returns it as the provider describes it (its Name is the
+// node name it registers under).
+func (c *Controller) launch(ctx context.Context, name string, n plan.NodePlan, pods []string, now time.Time) (Instance, error) {
+	req := c.nodeRequest(name, n, pods)
 	in, err := c.o.Provider.Launch(ctx, req)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Launching a node failed", "node", name, "instanceType", req.Type)
 		return Instance{}, err
 	}
+	return c.launched(ctx, req, in, now), nil
+}
+
+// launched records a node the provider launched for req, and returns it as recorded.
+func (c *Controller) launched(ctx context.Context, req NodeRequest, in Instance, now time.Time) Instance {
 	if in.Name == "" {
-		in.Name = name
+		in.Name = req.Name
 	}
 	if in.Type == "" {
 		in.Type = req.Type
@@ -154,6 +166,7 @@ func (c *Controller) launch(ctx context.Context, name string, n plan.NodePlan, p
 	in.Launching = true
 	c.fleet.update(in.Name, func(r *nodeRecord) { r.startLaunching(now, &in) })
 	c.metrics.launched.WithLabelValues(req.Type).Inc()
-	klog.FromContext(ctx).Info("Launched a node", "node", in.Name, "requestedAs", name, "instanceType", req.Type, "mode", req.Mode, "providerID", in.ProviderID, "pods", pods)
-	return in, nil
+	klog.FromContext(ctx).Info("Launched a node", "node", in.Name, "requestedAs", req.Name, "instanceType", req.Type, "mode", req.Mode,
+		"providerID", in.ProviderID, "ultraServer", req.Labels[labels.UltraServerServerID4], "pods", plannedPods(in))
+	return in
 }

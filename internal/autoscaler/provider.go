@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"strings"
 
 	"github.com/kube-neuron/kube-neuron/internal/labels"
@@ -80,6 +81,11 @@ type Provider interface {
 	Name() string
 	// Launch starts a node; launching a name that already exists returns the existing one.
 	Launch(ctx context.Context, r NodeRequest) (Instance, error)
+	// LaunchUltraServer starts the nodes of one UltraServer together (UltraServer capacity
+	// comes as whole UltraServers), all of them or none: the requests carry the UltraServer's
+	// identity in their labels (labels.UltraServerLabels). Names that exist return the existing
+	// nodes, as Launch does.
+	LaunchUltraServer(ctx context.Context, id string, nodes []NodeRequest) ([]Instance, error)
 	// Instances lists the nodes this provider launched that are not terminated.
 	Instances(ctx context.Context) ([]Instance, error)
 	// Delete removes a node the provider launched; deleting one that is gone is not an error.
@@ -89,6 +95,12 @@ type Provider interface {
 	// from then on, so that a restarted autoscaler counts the pods that later rounds added to the
 	// node. Recording the same list again is not an error.
 	SetPlannedPods(ctx context.Context, name string, pods []string) error
+}
+
+// UltraServerNodeName is the name of node k of the UltraServer with this id:
+// neuron-<type>-us-<id>-<k>, the same for the same UltraServer.
+func UltraServerNodeName(instanceType, id string, k int) string {
+	return "neuron-" + strings.NewReplacer(".", "-").Replace(instanceType) + "-us-" + id + "-" + strconv.Itoa(k)
 }
 
 // NodeName is the name of the node launched for a set of planned pods: neuron-<type>-<hash of

@@ -65,7 +65,7 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 			delete(planned, in.Name)
 			continue
 		}
-		opt := plan.NodeOption{Name: in.Name, InstanceType: in.Type, Mode: in.Labels[labels.AllocationMode]}
+		opt := plan.NodeOption{Name: in.Name, InstanceType: in.Type, Mode: in.Labels[labels.AllocationMode], UltraServer: in.Labels[labels.UltraServerServerID4]}
 		if opt.InstanceType == "" {
 			opt.InstanceType = in.Labels[labels.InstanceType]
 		}

@@ -3,6 +3,7 @@ package autoscaler
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,27 +17,46 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 )
 
-// scaleDown removes the launched nodes that stayed empty for ScaleDownAfter.
+// scaleDown removes the launched nodes that stayed empty for ScaleDownAfter. The nodes of an
+// UltraServer go together, once every one of them is due: UltraServer capacity comes and goes
+// as a whole.
 func (c *Controller) scaleDown(ctx context.Context, nodes []*corev1.Node, planned map[string][]string, pending map[string]plan.PodDemand, now time.Time) {
 	if c.o.ScaleDownAfter <= 0 {
 		return
 	}
 	present := map[string]bool{}
+	due := map[string]time.Duration{} // node -> how long it has been empty, when due
+	units := map[string][]string{}    // UltraServer id -> its launched nodes
 	for _, node := range nodes {
 		present[node.Name] = true
-		due := false
+		if id := node.Labels[labels.UltraServerServerID4]; id != "" && node.Labels[LaunchedByLabel] == LaunchedByValue {
+			units[id] = append(units[id], node.Name)
+		}
 		if c.emptyNow(node, planned[node.Name], pending) {
 			since := c.fleet.get(node.Name).emptySince
 			if since.IsZero() {
 				c.fleet.update(node.Name, func(r *nodeRecord) { r.emptySince = now })
-			} else if due = now.Sub(since) >= c.o.ScaleDownAfter; due {
-				c.remove(ctx, node, planned[node.Name], pending, now.Sub(since))
+			} else if now.Sub(since) >= c.o.ScaleDownAfter {
+				due[node.Name] = now.Sub(since)
 			}
 		} else {
 			c.fleet.update(node.Name, func(r *nodeRecord) { r.emptySince = time.Time{} })
 		}
+	}
+	for _, members := range units {
+		if slices.ContainsFunc(members, func(name string) bool { _, ok := due[name]; return !ok }) {
+			for _, name := range members {
+				delete(due, name)
+			}
+		}
+	}
+	for _, node := range nodes {
+		emptyFor, ok := due[node.Name]
+		if ok {
+			c.remove(ctx, node, planned[node.Name], pending, emptyFor)
+		}
 		// A node this controller cordoned and then kept: its uncordon failed last time.
-		if !due && c.fleet.get(node.Name).cordoned {
+		if !ok && c.fleet.get(node.Name).cordoned {
 			c.uncordon(ctx, node.Name)
 		}
 	}

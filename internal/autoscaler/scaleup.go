@@ -123,6 +123,9 @@ func (c *Controller) launchAll(ctx context.Context, up plan.ScaleUp, taken map[s
 			}
 			continue
 		}
+		if n.UltraServer != "" {
+			continue // launched with the other nodes of its UltraServer, below
+		}
 		l.names[k] = c.nodeName(n.InstanceType.Name, pods, taken)
 		l.nodeNames[k] = l.names[k]
 		taken[l.names[k]] = true
@@ -135,7 +138,59 @@ func (c *Controller) launchAll(ctx context.Context, up plan.ScaleUp, taken map[s
 			l.nodeNames[k] = in.Name
 		}
 	}
+	c.launchUltraServers(ctx, up, l, now)
 	return l
+}
+
+// launchUltraServers launches the plan's new UltraServers, each as one unit of all its nodes.
+func (c *Controller) launchUltraServers(ctx context.Context, up plan.ScaleUp, l launches, now time.Time) {
+	var ids []string
+	members := map[string][]int{} // UltraServer id -> its nodes' indices in up.Nodes
+	for k, n := range up.Nodes {
+		if n.Launching || n.UltraServer == "" {
+			continue
+		}
+		if members[n.UltraServer] == nil {
+			ids = append(ids, n.UltraServer)
+		}
+		members[n.UltraServer] = append(members[n.UltraServer], k)
+	}
+	for _, id := range ids {
+		var reqs []NodeRequest
+		for _, k := range members[id] {
+			n := up.Nodes[k]
+			l.names[k] = UltraServerNodeName(n.InstanceType.Name, id, n.UltraServerNode)
+			l.nodeNames[k] = l.names[k]
+			reqs = append(reqs, c.nodeRequest(l.names[k], n, podKeys(n)))
+		}
+		if c.o.DryRun {
+			klog.FromContext(ctx).Info("Dry run: would launch an UltraServer", "ultraServer", id, "nodes", l.names)
+			continue
+		}
+		ins, err := c.o.Provider.LaunchUltraServer(ctx, id, reqs)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Launching an UltraServer failed", "ultraServer", id, "instanceType", reqs[0].Type)
+			for _, k := range members[id] {
+				l.failed[k] = err
+			}
+			continue
+		}
+		for j, k := range members[id] {
+			if j < len(ins) {
+				l.nodeNames[k] = c.launched(ctx, reqs[j], ins[j], now).Name
+			}
+		}
+	}
+}
+
+// podKeys are the keys of the pods planned onto a node, sorted.
+func podKeys(n plan.NodePlan) []string {
+	pods := make([]string, len(n.Pods))
+	for i, p := range n.Pods {
+		pods[i] = p.Pod
+	}
+	sort.Strings(pods)
+	return pods
 }
 
 // priorNodes returns, by pod key, the launching node an earlier round planned each pod onto

@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -673,21 +672,4 @@ func (l *Lab) Adopted() []NodeSpec {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// adoptedSpec is the simulated node for a Node object: its instance type and allocation mode
-// from its labels, the type's default LNC and the default driver version.
-func adoptedSpec(cat *topology.Catalog, node *corev1.Node) (NodeSpec, error) {
-	it, err := cat.Get(node.Labels[labels.InstanceType])
-	if err != nil {
-		return NodeSpec{}, fmt.Errorf("label %s: %w", labels.InstanceType, err)
-	}
-	mode := node.Labels[labels.AllocationMode]
-	if mode == "" {
-		mode = ModeDevicePlugin
-	}
-	if mode != ModeDevicePlugin && mode != ModeDRA {
-		return NodeSpec{}, fmt.Errorf("label %s=%q: use %s or %s", labels.AllocationMode, mode, ModeDevicePlugin, ModeDRA)
-	}
-	return NodeSpec{Name: node.Name, InstanceType: it, Mode: mode, LNC: it.DefaultLNC, DriverVersion: DefaultDriverVersion, Kubelet: KubeletSimulated}, nil
 }

@@ -200,6 +200,17 @@ var (
 // instances of the same name.
 const maxTokenGenerations = 8
 
+// ErrUltraServer is LaunchUltraServer's answer: EC2 sells UltraServer capacity (trn2u.48xlarge)
+// as UltraServer Capacity Blocks, and this provider does not launch into Capacity Blocks.
+var ErrUltraServer = errors.New("the ec2 provider does not launch UltraServers: EC2 sells trn2u.48xlarge capacity as UltraServer Capacity Blocks, " +
+	"which it cannot launch into yet. Run the UltraServer's nodes in a node group on your Capacity Block; the scheduler then places the pods on them")
+
+// LaunchUltraServer implements autoscaler.Provider: it launches nothing (ErrUltraServer), rather
+// than four unrelated trn2u.48xlarge instances that would share no UltraServer.
+func (p *Provider) LaunchUltraServer(context.Context, string, []autoscaler.NodeRequest) ([]autoscaler.Instance, error) {
+	return nil, ErrUltraServer
+}
+
 // Launch implements autoscaler.Provider: it returns the live instance launched for r.Name, or
 // launches one.
 func (p *Provider) Launch(ctx context.Context, r autoscaler.NodeRequest) (autoscaler.Instance, error) {

@@ -101,6 +101,23 @@ func (p *Provider) Launch(ctx context.Context, r autoscaler.NodeRequest) (autosc
 	return instance(created), nil
 }
 
+// LaunchUltraServer implements autoscaler.Provider: it creates the Nodes of one UltraServer, or,
+// when one cannot be created, deletes those it created and returns the error.
+func (p *Provider) LaunchUltraServer(ctx context.Context, id string, nodes []autoscaler.NodeRequest) ([]autoscaler.Instance, error) {
+	var out []autoscaler.Instance
+	for _, r := range nodes {
+		in, err := p.Launch(ctx, r)
+		if err != nil {
+			for _, created := range out {
+				_ = p.Delete(ctx, created.Name)
+			}
+			return nil, fmt.Errorf("UltraServer %s: %w", id, err)
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
 // capacity is what the node will offer: CPU, memory, pods, and for the device plugin the three
 // Neuron resources at the type's default LNC.
 func capacity(it topology.InstanceType, mode string) corev1.ResourceList {

@@ -169,3 +169,42 @@ func TestSetPlannedPods(t *testing.T) {
 		t.Error("recording planned pods created a node")
 	}
 }
+
+// TestLaunchUltraServer: an UltraServer's Nodes are created together with its identity, or none
+// of them.
+func TestLaunchUltraServer(t *testing.T) {
+	ctx := t.Context()
+	client := fake.NewClientset()
+	p := New(Options{Client: client})
+	it, _ := topology.DefaultCatalog().Get("trn2u.48xlarge")
+	var reqs []autoscaler.NodeRequest
+	for k := range 4 {
+		np := plan.NodePlan{InstanceType: it, Mode: labels.AllocationModeDRA, UltraServer: "0123456789abcdef", UltraServerNode: k}
+		reqs = append(reqs, autoscaler.NodeRequest{Name: autoscaler.UltraServerNodeName(it.Name, "0123456789abcdef", k), Type: it.Name, Mode: np.Mode, Labels: np.Labels()})
+	}
+	ins, err := p.LaunchUltraServer(ctx, "0123456789abcdef", reqs)
+	if err != nil || len(ins) != 4 {
+		t.Fatalf("LaunchUltraServer: %d instances, %v", len(ins), err)
+	}
+	for k, r := range reqs {
+		n, err := client.CoreV1().Nodes().Get(ctx, r.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Labels[labels.UltraServerServerID4] != "0123456789abcdef" || n.Labels[labels.UltraServerNodeID4] != string(rune('0'+k)) {
+			t.Errorf("node %s labels %v, want UltraServer 0123456789abcdef node %d", r.Name, n.Labels, k)
+		}
+	}
+	bad := append([]autoscaler.NodeRequest{}, reqs...)
+	for k := range bad {
+		bad[k].Name += "-b"
+	}
+	bad[3].Type = "no-such-type"
+	if _, err := p.LaunchUltraServer(ctx, "fedcba9876543210", bad); err == nil || !strings.Contains(err.Error(), "UltraServer fedcba9876543210") {
+		t.Fatalf("LaunchUltraServer with a bad node: %v, want an error naming the UltraServer", err)
+	}
+	nodes, _ := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if len(nodes.Items) != 4 {
+		t.Errorf("%d nodes after a failed UltraServer launch, want only the first UltraServer's 4", len(nodes.Items))
+	}
+}

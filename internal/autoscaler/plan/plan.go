@@ -1,10 +1,16 @@
 package plan
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/neuron"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -89,8 +95,23 @@ type NodePlan struct {
 	UltraServerNode int
 }
 
-// Labels are the labels the node carries (NewNodeLabels).
-func (n NodePlan) Labels() map[string]string { return NewNodeLabels(n.InstanceType, n.Mode) }
+// Labels are the labels the node carries: NewNodeLabels, and on an UltraServer's nodes its
+// identity (labels.UltraServerLabels: the UltraServer's id, the pair of nodes within it, the
+// node's positions and the modes the UltraServer supports).
+func (n NodePlan) Labels() map[string]string {
+	l := NewNodeLabels(n.InstanceType, n.Mode)
+	if n.UltraServer != "" {
+		maps.Copy(l, labels.UltraServerLabels(UltraServerMember(n.UltraServer, n.UltraServerNode)))
+	}
+	return l
+}
+
+// UltraServerMember is node k of the UltraServer with this id, as the Neuron driver of a trn2u
+// node reports it: the nodes 0-1 and 2-3 form its 2-node pairs, and it supports modes 1, 2 and 4.
+func UltraServerMember(id string, k int) *neuron.UltraServer {
+	pair := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", id, k/2)))
+	return &neuron.UltraServer{ServerID4: id, ServerID2: hex.EncodeToString(pair[:8]), NodeID4: k, NodeID2: k % 2, Mode: "1_2_4"}
+}
 
 // Placement is a pod and the devices and cores the simulation gave it. The scheduler chooses the
 // real ones; the simulation proves that they exist.
