@@ -214,3 +214,26 @@ func TestEnoughDevices(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanSharedClaim: pods that name one ResourceClaim share its devices and its node: the claim
+// is planned once, and the pods that share it go where the first goes.
+func TestPlanSharedClaim(t *testing.T) {
+	spec := seedTemplate(t, "l-trn2.yaml")
+	shared := testkit.MakeClaim().Name("shared").Obj()
+	shared.Spec = spec
+	var pending []PodDemand
+	for i := range 3 {
+		d := claimPod(fmt.Sprintf("p%d", i), spec)
+		d.Claims = []*resourcev1.ResourceClaim{shared}
+		pending = append(pending, d)
+	}
+	up, decisions := Plan(pending, nil, Options{})
+	if got := nodeSummary(up); got != "trn2.48xlarge:3" {
+		t.Errorf("new nodes %s, want one trn2.48xlarge for the three pods of the one claim", got)
+	}
+	for _, d := range decisions[1:] {
+		if d.Warning() || d.Node != decisions[0].Node || !strings.Contains(d.Message, "shares ResourceClaim default/shared with pod default/p0") {
+			t.Errorf("%s: node %d, %q; want p0's node and the shared claim named", d.Pod, d.Node, d.Message)
+		}
+	}
+}

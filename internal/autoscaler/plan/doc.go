@@ -26,17 +26,17 @@
 // kube-neuron.io/allocation-mode. A pod's nodeSelector or node affinity is evaluated against
 // exactly those labels.
 //
-// Limitations of the DRA path: the caller resolves a pod's ResourceClaims and templates into
-// DRARequests (DRARequestsOf reads the ExactCount/All requests of the DeviceClass neuron.aws.com
-// and their CEL selectors) and evaluates the selectors against the devices a new node of each
-// type would publish (DeviceTemplates.Resolve). A DRA request is simulated as that many whole
-// devices on a node of allocation mode dra that its selectors allow, any subset: constraints
-// (matchAttribute on the devicegroup ids), which devices the selectors pick within a node,
-// firstAvailable alternatives beyond the first and claims shared between pods are not simulated,
-// so a packed DRA node may, for such claims, not take every pod planned onto it. A claim's opaque
-// configs are checked with the DRA driver's own code (package dra/opaque) against a new node of
-// each type (configs.go): a type whose driver would refuse them is no candidate. UltraServer
-// types (trn2u) are planned as single nodes.
+// DRA pods are placed as the kube-scheduler allocates their claims: the caller gives a pod's
+// ResourceClaims (PodDemand.Claims) and the cluster's ResourceSlices and DeviceClasses
+// (DeviceTemplates); for each candidate type the planner builds the ResourceSlices a new node would
+// publish (the DRA driver's own devices.Build) and runs k8s.io/dynamic-resource-allocation/structured
+// over them (allocate.go), beside what earlier pods planned onto the node took. Constraints,
+// firstAvailable, allocationMode All, the DeviceClass's selectors and the UltraServer node device's
+// shared counter are therefore exact. A selector on what only a running node knows is taken to
+// match (masks.go). A claim's opaque configs are checked with the DRA driver's own code (package
+// dra/opaque) against a new node of each type (configs.go). A pod whose claims are all shared with
+// an earlier pending pod follows it (shared.go). UltraServer types (trn2u) are planned only as
+// whole UltraServers (ultraserver.go).
 //
 // Files: plan.go is the API (Plan, its options and results); sim.go simulates one node with the
 // topology engine; planner.go and plan_cache.go index the pending pods and memoise their fits;
@@ -45,5 +45,6 @@
 // decisions and their messages. check.go is Check, with demand.go (what a pending pod asks
 // for, PodDemand), newnode.go (the labels and taints of a new node, and which pods and
 // DaemonSets match them) and messages.go (how the messages write sizes, prices and lists);
-// advice.go is Advise, selectors.go the DRA selector templates.
+// advice.go is Advise, selectors.go the DRA selector templates, allocate.go, claims.go and
+// masks.go the DRA allocation, ultraserver.go and ultraserver_result.go the UltraServer units.
 package plan

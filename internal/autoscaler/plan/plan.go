@@ -144,6 +144,13 @@ func (d Decision) Warning() bool { return d.Reason == ReasonNotTriggerScaleUp }
 // above one node of the cheapest fitting type per pod). Every pod gets a Decision, in the order
 // of pending.
 func Plan(pending []PodDemand, launching []NodeOption, opts Options) (ScaleUp, []Decision) {
+	return withFollowers(pending, followers(pending), func(pods []PodDemand) (ScaleUp, []Decision) {
+		return planPods(pods, launching, opts)
+	})
+}
+
+// planPods is Plan for pods that share no claim with each other.
+func planPods(pending []PodDemand, launching []NodeOption, opts Options) (ScaleUp, []Decision) {
 	if opts.Catalog == nil {
 		opts.Catalog = topology.DefaultCatalog()
 	}
