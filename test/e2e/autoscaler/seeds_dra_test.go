@@ -39,7 +39,9 @@ var seedDRAPods = []struct {
 
 // TestSeedDRATemplatesGetNodesTheSchedulerTakes: the seeds' DRA templates, all pending at once on
 // an empty fleet. Each pod either runs on a node of a type that serves it, launched for it, or
-// gets the driver's refusal and no node. Every launched node takes a pod (the scheduler and the
+// gets the driver's refusal and no node. The pod the driver refuses is applied once the others
+// run: the scheduler does not know the driver's refusal, and would bind it to a free trn1.2xlarge
+// launched for another pod, which then needs another node. Every launched node takes a pod (the scheduler and the
 // DRA driver refuse none), no claim fails to prepare, and the four us-4-node-config replicas run
 // on the four nodes of one UltraServer, launched as one. (Before the planner allocated claims
 // with the scheduler's allocator and launched UltraServers as units, the replicas got four
@@ -54,7 +56,7 @@ func TestSeedDRATemplatesGetNodesTheSchedulerTakes(t *testing.T) {
 	})
 	applied := map[string]bool{}
 	for _, s := range seedDRAPods {
-		if !applied[s.file] {
+		if !applied[s.file] && s.refused == "" {
 			framework.Apply(t, ctx, "examples/dra/"+s.file, ns)
 			applied[s.file] = true
 		}
@@ -80,15 +82,22 @@ func TestSeedDRATemplatesGetNodesTheSchedulerTakes(t *testing.T) {
 	if len(ultraServers) != 1 {
 		t.Errorf("the us-4-node-config replicas run on UltraServers %v, want one", ultraServers)
 	}
+	checkUltraServerSlices(t, ctx)
+	before := names(launched(t, ctx))
 	for _, s := range seedDRAPods {
 		if s.refused == "" {
 			continue
 		}
+		framework.Apply(t, ctx, "examples/dra/"+s.file, ns)
 		waitEvent(t, ctx, ns, s.pod, plan.ReasonNotTriggerScaleUp, s.refused)
 		if msgs := events(t, ctx, ns, s.pod, plan.ReasonTriggeredScaleUp); len(msgs) > 0 {
 			t.Errorf("%s triggered a scale-up: %q", s.pod, msgs)
 		}
 		t.Logf("%s (%s): NotTriggerScaleUp, no node: %s", s.pod, s.file, s.refused)
+	}
+	waitRounds(t, ctx)
+	if after := names(launched(t, ctx)); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Errorf("nodes launched for pods the driver refuses: before %v, after %v", before, after)
 	}
 	// Every launched node holds a running pod of the test: none was launched that the scheduler
 	// or the driver then refused.
@@ -113,6 +122,39 @@ func TestSeedDRATemplatesGetNodesTheSchedulerTakes(t *testing.T) {
 		fleet = append(fleet, fmt.Sprintf("%s (%s%s): %s", n.Name, n.Labels[labels.InstanceType], ultraServerSuffix(n), strings.Join(running[n.Name], ",")))
 	}
 	t.Logf("fleet: %s", strings.Join(fleet, "; "))
+}
+
+// checkUltraServerSlices: the DRA driver of each launched UltraServer node publishes the identity
+// its labels carry (ultraserverId, ultraserverNodeId), as a trn2u node's Neuron driver reports it.
+func checkUltraServerSlices(t *testing.T, ctx context.Context) {
+	t.Helper()
+	slices, err := framework.L.Client().ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, n := range launched(t, ctx) {
+		id := n.Labels[labels.UltraServerServerID4]
+		if id == "" {
+			continue
+		}
+		for _, s := range slices.Items {
+			if s.Spec.NodeName == nil || *s.Spec.NodeName != n.Name {
+				continue
+			}
+			for _, d := range s.Spec.Devices {
+				gotID, gotNode := d.Attributes["ultraserverId"].StringValue, d.Attributes["ultraserverNodeId"].IntValue
+				if gotID == nil || *gotID != id || gotNode == nil || fmt.Sprint(*gotNode) != n.Labels[labels.UltraServerNodeID4] {
+					t.Errorf("node %s (UltraServer %s node %s): device %s publishes ultraserverId %v, ultraserverNodeId %v",
+						n.Name, id, n.Labels[labels.UltraServerNodeID4], d.Name, ptr.Deref(gotID, "none"), ptr.Deref(gotNode, -1))
+				}
+				checked++
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no device of a launched UltraServer node is published")
+	}
 }
 
 func ultraServerSuffix(n corev1.Node) string {
