@@ -288,3 +288,45 @@ func TestHopelessAlternatives(t *testing.T) {
 		t.Errorf("16 or 4 of 8 free: %v (%v), want devices 8 to 11", got, err)
 	}
 }
+
+// TestFirstAvailableNeed: the cores the planner counts for a claim with alternatives are no more
+// than the allocator's choice takes, on an empty node and beside pods already there, so the
+// merges and placements it rules out by cores could not have been made.
+func TestFirstAvailableNeed(t *testing.T) {
+	sub := func(name string, n int64, typ string) resourcev1.DeviceSubRequest {
+		return resourcev1.DeviceSubRequest{Name: name, DeviceClassName: DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount,
+			Count: n, Selectors: instanceTypeIs(typ)}
+	}
+	spec := func(subs ...resourcev1.DeviceSubRequest) resourcev1.ResourceClaimSpec {
+		return resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "r", FirstAvailable: subs}}}}
+	}
+	s := newSim(topology.DefaultCatalog(), topology.BestFit, nil)
+	trn1, _ := topology.DefaultCatalog().Lookup("trn1.32xlarge")
+	sh := s.shape(trn1)
+	for _, tc := range []struct {
+		name string
+		spec resourcev1.ResourceClaimSpec
+		want int // cores counted
+	}{
+		{"16 or 4", spec(sub("a", 16, "trn1.32xlarge"), sub("b", 4, "trn1.32xlarge")), 4 * sh.CoresPerDevice},
+		{"2 or 8", spec(sub("a", 2, "trn1.32xlarge"), sub("b", 8, "trn1.32xlarge")), 2 * sh.CoresPerDevice},
+		{"another class", spec(sub("a", 4, "trn1.32xlarge"), resourcev1.DeviceSubRequest{Name: "b", DeviceClassName: "gpu.example.com", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := claimPod("p", tc.spec)
+			if got := coresNeeded(d, sh); got != tc.want {
+				t.Errorf("coresNeeded %d, want %d", got, tc.want)
+			}
+			u := topology.NewUsage(sh)
+			for range 4 { // the same pod again and again, until the node is full
+				before := u.FreeCoreCount()
+				if _, _, ok := s.place(u, d); !ok {
+					break
+				}
+				if took := before - u.FreeCoreCount(); took < coresNeeded(d, sh) {
+					t.Errorf("the allocator's choice takes %d cores, fewer than the %d counted", took, coresNeeded(d, sh))
+				}
+			}
+		})
+	}
+}
