@@ -153,12 +153,12 @@ func (ts *DeviceTemplates) allocate(ctx context.Context, t topology.InstanceType
 	if !ok {
 		return nil, errNoFit
 	}
-	return ts.runAllocator(ctx, nt, used, claims)
+	return ts.runAllocator(ctx, t, nt, used, claims)
 }
 
-// runAllocator is allocate's run of the allocator over the node template nt, with no check
+// runAllocator is allocate's run of the allocator over nt, the template of type t, with no check
 // before it.
-func (ts *DeviceTemplates) runAllocator(ctx context.Context, nt *nodeTemplate, used []int, claims []*resourcev1.ResourceClaim) ([][]int, error) {
+func (ts *DeviceTemplates) runAllocator(ctx context.Context, t topology.InstanceType, nt *nodeTemplate, used []int, claims []*resourcev1.ResourceClaim) ([][]int, error) {
 	state := structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
@@ -167,7 +167,7 @@ func (ts *DeviceTemplates) runAllocator(ctx context.Context, nt *nodeTemplate, u
 	for _, i := range used {
 		state.AllocatedDevices.Insert(structured.MakeDeviceID(DeviceClass, nt.node.Name, devices.DeviceName(i)))
 	}
-	a, err := structured.NewAllocator(ctx, draFeatures, state, ts.classes, nt.slices, celCache)
+	a, err := structured.NewAllocator(ctx, draFeatures, state, ts.allocatorClasses(ctx, t), nt.slices, celCache)
 	if err != nil {
 		return nil, err
 	}

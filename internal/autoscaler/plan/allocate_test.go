@@ -268,7 +268,7 @@ func TestHopelessAlternatives(t *testing.T) {
 			if fits := err == nil; fits != tc.fits {
 				t.Fatalf("fits %v (%v), want %v", fits, err, tc.fits)
 			}
-			want, wantErr := ts.runAllocator(ctxBG, ts.nodeTemplate(tc.t), tc.used, tc.claims)
+			want, wantErr := ts.runAllocator(ctxBG, tc.t, ts.nodeTemplate(tc.t), tc.used, tc.claims)
 			if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
 				t.Errorf("with the check %v (%v), the allocator alone %v (%v)", got, err, want, wantErr)
 			}
@@ -328,5 +328,41 @@ func TestFirstAvailableNeed(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSelectorsMatchingAll: a selector that matches every device of a new node is left out of
+// what the allocator evaluates there, and kept where it does not.
+func TestSelectorsMatchingAll(t *testing.T) {
+	inf2Only := DefaultDeviceClass()
+	inf2Only.Name = "inf2-only"
+	inf2Only.Spec.Selectors = append(inf2Only.Spec.Selectors, resourcev1.DeviceSelector{CEL: &resourcev1.CELDeviceSelector{
+		Expression: "device.attributes['neuron.aws.com'].instanceType.startsWith('inf2.')"}})
+	ts := NewDeviceTemplates(nil, nil, []*resourcev1.DeviceClass{DefaultDeviceClass(), inf2Only})
+	cat := topology.DefaultCatalog()
+	trn2, _ := cat.Lookup("trn2.48xlarge")
+	inf2, _ := cat.Lookup("inf2.xlarge")
+	selectors := func(t topology.InstanceType) map[string]int {
+		out := map[string]int{}
+		for _, c := range ts.allocatorClasses(ctxBG, t) {
+			out[c.Name] = len(c.Spec.Selectors)
+		}
+		return out
+	}
+	if got, want := selectors(trn2), map[string]int{DeviceClass: 0, "inf2-only": 1}; !reflect.DeepEqual(got, want) {
+		t.Errorf("trn2.48xlarge: class selectors %v, want %v", got, want)
+	}
+	if got, want := selectors(inf2), map[string]int{DeviceClass: 0, "inf2-only": 0}; !reflect.DeepEqual(got, want) {
+		t.Errorf("inf2.xlarge: class selectors %v, want %v", got, want)
+	}
+	if len(ts.classes[1].Spec.Selectors) != 2 {
+		t.Errorf("the classes' own selectors changed: %v", ts.classes[1].Spec.Selectors)
+	}
+	sel := instanceTypeIs("trn2.48xlarge")
+	if got := ts.forNewNode(ctxBG, trn2, sel); len(got) != 0 {
+		t.Errorf("trn2.48xlarge: selectors %v, want none", got)
+	}
+	if got := ts.forNewNode(ctxBG, inf2, sel); !reflect.DeepEqual(got, sel) {
+		t.Errorf("inf2.xlarge: selectors %v, want %v", got, sel)
 	}
 }
