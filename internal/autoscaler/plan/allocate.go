@@ -2,11 +2,13 @@ package plan
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -40,6 +42,7 @@ func DefaultDeviceClass() *resourcev1.DeviceClass {
 // nodeTemplate is what a new node of one instance type publishes: its Node (for the slices'
 // node name) and its ResourceSlices, as the DRA driver builds them (devices.Build).
 type nodeTemplate struct {
+	key     string // templateKey
 	node    *corev1.Node
 	slices  []*resourcev1.ResourceSlice
 	devices int
@@ -62,9 +65,100 @@ func (ts *DeviceTemplates) nodeTemplate(t topology.InstanceType) *nodeTemplate {
 	if nt, ok := ts.nodes[t.Name]; ok {
 		return nt
 	}
-	nt := buildTemplate(t, ts.learnedFor(t.Name))
+	learned := ts.learnedFor(t.Name)
+	key := templateKey(t, learned)
+	nt, ok := shared.get(key)
+	if !ok {
+		nt = buildTemplate(t, learned)
+		if nt != nil {
+			nt.key = key
+		}
+		shared.put(key, nt)
+	}
 	ts.nodes[t.Name] = nt
 	return nt
+}
+
+// templateKey is what buildTemplate reads: the instance type and the learned versions.
+func templateKey(t topology.InstanceType, learned map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) string {
+	b, _ := json.Marshal(t)
+	for _, a := range learnedAttributes {
+		v, _ := json.Marshal(learned[a])
+		b = append(append(b, ';'), v...)
+	}
+	return string(b)
+}
+
+// shared holds what every planning round of the process would otherwise work out again: the
+// template of a new node of each type (under templateKey) and which of its devices a selector
+// matches (selectorMask, matchesAll, under the template's key and the expression). They depend
+// on nothing else, and a round of a thousand pods spends as long building them as placing
+// its DRA pods. It forgets everything when it holds too much (selectors come from users' claims).
+var shared = newSharedTemplates(1 << 14)
+
+type sharedTemplates struct {
+	mu    sync.Mutex
+	limit int
+	nodes map[string]*nodeTemplate
+	masks map[[2]string]sharedMask
+	all   map[[2]string]bool
+}
+
+type sharedMask struct {
+	m   []bool
+	err error
+}
+
+func newSharedTemplates(limit int) *sharedTemplates {
+	return &sharedTemplates{limit: limit, nodes: map[string]*nodeTemplate{}, masks: map[[2]string]sharedMask{}, all: map[[2]string]bool{}}
+}
+
+func (s *sharedTemplates) get(key string) (*nodeTemplate, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nt, ok := s.nodes[key]
+	return nt, ok
+}
+
+func (s *sharedTemplates) put(key string, nt *nodeTemplate) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.nodes) >= s.limit {
+		clear(s.nodes)
+	}
+	s.nodes[key] = nt
+}
+
+func (s *sharedTemplates) mask(key [2]string) (sharedMask, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.masks[key]
+	return m, ok
+}
+
+func (s *sharedTemplates) putMask(key [2]string, m sharedMask) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.masks) >= s.limit {
+		clear(s.masks)
+	}
+	s.masks[key] = m
+}
+
+func (s *sharedTemplates) matchesAll(key [2]string) (all, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all, ok = s.all[key]
+	return all, ok
+}
+
+func (s *sharedTemplates) putMatchesAll(key [2]string, all bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.all) >= s.limit {
+		clear(s.all)
+	}
+	s.all[key] = all
 }
 
 // learnedFor are the learned attributes of type typ's devices: the type's own values over any

@@ -61,6 +61,18 @@ func (ts *DeviceTemplates) selectorMask(ctx context.Context, t topology.Instance
 	if ok {
 		return m, err
 	}
+	nt := ts.nodeTemplate(t)
+	var skey [2]string
+	if nt != nil {
+		// unknownKey reads which learned attributes are known: part of the key.
+		skey = [2]string{nt.key + ";" + ts.knownLearned(), expr}
+		if sm, ok := shared.mask(skey); ok {
+			ts.mu.Lock()
+			ts.masks[key], ts.maskErrs[key] = sm.m, sm.err
+			ts.mu.Unlock()
+			return sm.m, sm.err
+		}
+	}
 	devs := ts.templateDevices(t)
 	m = make([]bool, len(devs))
 	c := celCache.GetOrCompile(expr)
@@ -85,7 +97,20 @@ func (ts *DeviceTemplates) selectorMask(ctx context.Context, t topology.Instance
 	ts.mu.Lock()
 	ts.masks[key], ts.maskErrs[key] = m, err
 	ts.mu.Unlock()
+	if nt != nil {
+		shared.putMask(skey, sharedMask{m, err})
+	}
 	return m, err
+}
+
+// knownLearned is which of learnedAttributes some Neuron node has published.
+func (ts *DeviceTemplates) knownLearned() string {
+	var b strings.Builder
+	for _, a := range learnedAttributes {
+		_, known := ts.learned[""][a]
+		fmt.Fprintf(&b, "%v,", known)
+	}
+	return b.String()
 }
 
 // selectorsMask is the devices of type t's template that every selector matches.
@@ -199,6 +224,13 @@ func (ts *DeviceTemplates) matchesAll(ctx context.Context, t topology.InstanceTy
 	if ok {
 		return all
 	}
+	skey := [2]string{nt.key, expr}
+	if all, ok := shared.matchesAll(skey); ok {
+		ts.mu.Lock()
+		ts.matchAll[key] = all
+		ts.mu.Unlock()
+		return all
+	}
 	c := celCache.GetOrCompile(expr)
 	all = c.Error == nil
 	for _, s := range nt.slices {
@@ -213,6 +245,7 @@ func (ts *DeviceTemplates) matchesAll(ctx context.Context, t topology.InstanceTy
 	ts.mu.Lock()
 	ts.matchAll[key] = all
 	ts.mu.Unlock()
+	shared.putMatchesAll(skey, all)
 	return all
 }
 
