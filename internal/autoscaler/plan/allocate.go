@@ -2,9 +2,11 @@ package plan
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -40,6 +42,7 @@ func DefaultDeviceClass() *resourcev1.DeviceClass {
 // nodeTemplate is what a new node of one instance type publishes: its Node (for the slices'
 // node name) and its ResourceSlices, as the DRA driver builds them (devices.Build).
 type nodeTemplate struct {
+	key     string // templateKey
 	node    *corev1.Node
 	slices  []*resourcev1.ResourceSlice
 	devices int
@@ -63,31 +66,99 @@ func (ts *DeviceTemplates) nodeTemplate(t topology.InstanceType) *nodeTemplate {
 		return nt
 	}
 	learned := ts.learnedFor(t.Name)
-	key := fmt.Sprintf("%s %v", t.Name, learnedKey(learned))
-	if cached, ok := builtTemplates.Load(key); ok {
-		nt := cached.(*nodeTemplate)
-		ts.nodes[t.Name] = nt
-		return nt
+	key := templateKey(t, learned)
+	nt, ok := shared.get(key)
+	if !ok {
+		nt = buildTemplate(t, learned)
+		if nt != nil {
+			nt.key = key
+		}
+		shared.put(key, nt)
 	}
-	nt := buildTemplate(t, learned)
-	builtTemplates.Store(key, nt)
 	ts.nodes[t.Name] = nt
 	return nt
 }
 
-// builtTemplates are the templates built so far, by type and learned attributes: every planning
-// round builds the same few, and they are never changed once built.
-var builtTemplates sync.Map
-
-// learnedKey is the learned attributes as text, in a fixed order.
-func learnedKey(learned map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) []string {
-	var out []string
+// templateKey is what buildTemplate reads: the instance type and the learned versions.
+func templateKey(t topology.InstanceType, learned map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) string {
+	b, _ := json.Marshal(t)
 	for _, a := range learnedAttributes {
-		if v, ok := learned[a]; ok {
-			out = append(out, string(a)+"="+attributeText(v))
-		}
+		v, _ := json.Marshal(learned[a])
+		b = append(append(b, ';'), v...)
 	}
-	return out
+	return string(b)
+}
+
+// shared holds what every planning round of the process would otherwise work out again: the
+// template of a new node of each type (under templateKey) and which of its devices a selector
+// matches (selectorMask, matchesAll, under the template's key and the expression). They depend
+// on nothing else, and a round of a thousand pods spends as long building them as placing
+// its DRA pods. It forgets everything when it holds too much (selectors come from users' claims).
+var shared = newSharedTemplates(1 << 14)
+
+type sharedTemplates struct {
+	mu    sync.Mutex
+	limit int
+	nodes map[string]*nodeTemplate
+	masks map[[2]string]sharedMask
+	all   map[[2]string]bool
+}
+
+type sharedMask struct {
+	m   []bool
+	err error
+}
+
+func newSharedTemplates(limit int) *sharedTemplates {
+	return &sharedTemplates{limit: limit, nodes: map[string]*nodeTemplate{}, masks: map[[2]string]sharedMask{}, all: map[[2]string]bool{}}
+}
+
+func (s *sharedTemplates) get(key string) (*nodeTemplate, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nt, ok := s.nodes[key]
+	return nt, ok
+}
+
+func (s *sharedTemplates) put(key string, nt *nodeTemplate) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.nodes) >= s.limit {
+		clear(s.nodes)
+	}
+	s.nodes[key] = nt
+}
+
+func (s *sharedTemplates) mask(key [2]string) (sharedMask, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.masks[key]
+	return m, ok
+}
+
+func (s *sharedTemplates) putMask(key [2]string, m sharedMask) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.masks) >= s.limit {
+		clear(s.masks)
+	}
+	s.masks[key] = m
+}
+
+func (s *sharedTemplates) matchesAll(key [2]string) (all, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all, ok = s.all[key]
+	return all, ok
+}
+
+func (s *sharedTemplates) putMatchesAll(key [2]string, all bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.all) >= s.limit {
+		clear(s.all)
+	}
+	s.all[key] = all
 }
 
 // learnedFor are the learned attributes of type typ's devices: the type's own values over any
@@ -172,6 +243,16 @@ func (ts *DeviceTemplates) allocate(ctx context.Context, t topology.InstanceType
 	if nt == nil || !ts.enoughDevices(ctx, t, used, claims) {
 		return nil, errNoFit
 	}
+	claims, ok := ts.withoutHopelessAlternatives(ctx, t, used, claims)
+	if !ok {
+		return nil, errNoFit
+	}
+	return ts.runAllocator(ctx, t, nt, used, claims)
+}
+
+// runAllocator is allocate's run of the allocator over nt, the template of type t, with no check
+// before it.
+func (ts *DeviceTemplates) runAllocator(ctx context.Context, t topology.InstanceType, nt *nodeTemplate, used []int, claims []*resourcev1.ResourceClaim) ([][]int, error) {
 	state := structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
@@ -180,7 +261,7 @@ func (ts *DeviceTemplates) allocate(ctx context.Context, t topology.InstanceType
 	for _, i := range used {
 		state.AllocatedDevices.Insert(structured.MakeDeviceID(DeviceClass, nt.node.Name, devices.DeviceName(i)))
 	}
-	a, err := structured.NewAllocator(ctx, draFeatures, state, ts.classes, nt.slices, celCache)
+	a, err := structured.NewAllocator(ctx, draFeatures, state, ts.allocatorClasses(ctx, t), nt.slices, celCache)
 	if err != nil {
 		return nil, err
 	}
@@ -205,16 +286,7 @@ func (ts *DeviceTemplates) allocate(ctx context.Context, t topology.InstanceType
 // makes it try every order of them before it gives up (the kube-scheduler bounds that search
 // with a timeout); this answers those cases at once.
 func (ts *DeviceTemplates) enoughDevices(ctx context.Context, t topology.InstanceType, used []int, claims []*resourcev1.ResourceClaim) bool {
-	taken := make([]bool, t.Devices)
-	for _, i := range used {
-		taken[i] = true
-	}
-	free := func(i int) bool {
-		if i < t.Devices {
-			return !taken[i]
-		}
-		return len(used) == 0 // the node device: only while no device of the node is taken
-	}
+	free := freeDevices(t, used)
 	var union []bool
 	total := 0
 	for _, c := range claims {
@@ -246,4 +318,97 @@ func (ts *DeviceTemplates) enoughDevices(ctx context.Context, t topology.Instanc
 		}
 	}
 	return total <= n
+}
+
+// freeDevices reports which devices of a new node of type t's template are free when the Neuron
+// devices used are taken.
+func freeDevices(t topology.InstanceType, used []int) func(i int) bool {
+	taken := make([]bool, t.Devices)
+	for _, i := range used {
+		taken[i] = true
+	}
+	return func(i int) bool {
+		if i < t.Devices {
+			return !taken[i]
+		}
+		return len(used) == 0 // the node device: only while no device of the node is taken
+	}
+}
+
+// withoutHopelessAlternatives returns the claims without the firstAvailable alternatives that
+// cannot be allocated on a new node of type t whose devices used are taken: an ExactCount
+// subrequest for more devices than are free among those it matches. The allocator tries the
+// alternatives in order, and one that cannot be enough makes it try every order of the free
+// devices it matches before it moves on to the next (seconds, for 16 devices of which 8 are
+// free); without it the allocator gives the same answer at once. It returns false when no
+// alternative of a request is left (the claims do not fit). It keeps an alternative that a
+// constraint names, or that the allocator could refuse with an error of its own (a DeviceClass
+// that does not exist, a selector that fails). The claims it returns are copies where they change.
+func (ts *DeviceTemplates) withoutHopelessAlternatives(ctx context.Context, t topology.InstanceType, used []int, claims []*resourcev1.ResourceClaim) ([]*resourcev1.ResourceClaim, bool) {
+	free := freeDevices(t, used)
+	hopeless := func(c *resourcev1.ResourceClaim, req string, s resourcev1.DeviceSubRequest) bool {
+		if s.AllocationMode != resourcev1.DeviceAllocationModeExactCount {
+			return false
+		}
+		if _, err := ts.classes.Get(s.DeviceClassName); err != nil {
+			return false
+		}
+		for _, k := range c.Spec.Devices.Constraints {
+			if slices.Contains(k.Requests, req+"/"+s.Name) {
+				return false
+			}
+		}
+		m, err := ts.requestMask(ctx, t, s.DeviceClassName, s.Selectors)
+		if err != nil {
+			return false
+		}
+		n := 0
+		for i, ok := range m {
+			if ok && free(i) {
+				n++
+			}
+		}
+		return int64(n) < s.Count
+	}
+	out, copied := claims, false
+	for ci, c := range claims {
+		var reqs []resourcev1.DeviceRequest
+		for ri, r := range c.Spec.Devices.Requests {
+			if r.Exactly != nil {
+				continue
+			}
+			var subs []resourcev1.DeviceSubRequest
+			for si, s := range r.FirstAvailable {
+				if !hopeless(c, r.Name, s) {
+					if subs != nil {
+						subs = append(subs, s)
+					}
+					continue
+				}
+				if subs == nil {
+					subs = append(make([]resourcev1.DeviceSubRequest, 0, len(r.FirstAvailable)), r.FirstAvailable[:si]...)
+				}
+			}
+			if subs == nil {
+				continue
+			}
+			if len(subs) == 0 {
+				return nil, false
+			}
+			if reqs == nil {
+				reqs = slices.Clone(c.Spec.Devices.Requests)
+			}
+			reqs[ri].FirstAvailable = subs
+		}
+		if reqs == nil {
+			continue
+		}
+		if !copied {
+			out, copied = slices.Clone(claims), true
+		}
+		cc := *c
+		cc.Spec.Devices.Requests = reqs
+		out[ci] = &cc
+	}
+	return out, true
 }

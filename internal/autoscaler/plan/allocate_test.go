@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kube-neuron/kube-neuron/internal/testkit"
@@ -21,7 +23,7 @@ var ctxBG = context.Background()
 
 // seedTemplate is the ResourceClaimTemplate spec of an example in examples/dra (the seeds'
 // templates).
-func seedTemplate(t *testing.T, file string) resourcev1.ResourceClaimSpec {
+func seedTemplate(t testing.TB, file string) resourcev1.ResourceClaimSpec {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "dra", file))
 	if err != nil {
@@ -235,5 +237,155 @@ func TestPlanSharedClaim(t *testing.T) {
 		if d.Warning() || d.Node != decisions[0].Node || !strings.Contains(d.Message, "shares ResourceClaim default/shared with pod default/p0") {
 			t.Errorf("%s: node %d, %q; want p0's node and the shared claim named", d.Pod, d.Node, d.Message)
 		}
+	}
+}
+
+// TestHopelessAlternatives: leaving out the firstAvailable alternatives that cannot be enough
+// changes nothing of what the allocator answers (compared where the allocator without the check
+// answers quickly: few devices free), and answers at once where it would search for seconds.
+func TestHopelessAlternatives(t *testing.T) {
+	ts := NewDeviceTemplates(nil, nil, nil)
+	trn1, _ := topology.DefaultCatalog().Lookup("trn1.32xlarge")
+	trn2, _ := topology.DefaultCatalog().Lookup("trn2.48xlarge")
+	fa := func(counts ...int64) []*resourcev1.ResourceClaim {
+		var subs []resourcev1.DeviceSubRequest
+		for k, n := range counts {
+			subs = append(subs, resourcev1.DeviceSubRequest{Name: fmt.Sprintf("s%d", k), DeviceClassName: DeviceClass,
+				AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: n})
+		}
+		return []*resourcev1.ResourceClaim{{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "r", FirstAvailable: subs}}}}}}
+	}
+	connected := func(counts ...int64) []*resourcev1.ResourceClaim {
+		c := fa(counts...)
+		c[0].Spec.Devices.Constraints = []resourcev1.DeviceConstraint{{Requests: []string{"r"}, MatchAttribute: ptr.To(resourcev1.FullyQualifiedName("resource.aws.com/devicegroup4_id"))}}
+		return c
+	}
+	usedBut := func(t topology.InstanceType, free ...int) []int {
+		var out []int
+		for i := range t.Devices {
+			if !slices.Contains(free, i) {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		t      topology.InstanceType
+		used   []int
+		claims []*resourcev1.ResourceClaim
+		fits   bool
+	}{
+		{"16 or 4 of 4 free", trn1, usedBut(trn1, 3, 5, 9, 12), fa(16, 4), true},
+		{"16 or 8 or 2 of 4 free", trn1, usedBut(trn1, 3, 5, 9, 12), fa(16, 8, 2), true},
+		{"16 or 8 of 4 free", trn1, usedBut(trn1, 3, 5, 9, 12), fa(16, 8), false},
+		{"16 or 1 of none free", trn1, usedBut(trn1), fa(16, 1), false},
+		{"16 or 4 connected of 4 free, 2 in a group", trn2, usedBut(trn2, 0, 1, 4, 5), connected(16, 4), false},
+		{"16 or 4 connected of 4 free in a group", trn2, usedBut(trn2, 4, 5, 6, 7), connected(16, 4), true},
+		{"16 or 2 of all free", trn1, nil, fa(16, 2), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.claims[0].DeepCopy()
+			got, err := ts.allocate(ctxBG, tc.t, tc.used, tc.claims)
+			if fits := err == nil; fits != tc.fits {
+				t.Fatalf("fits %v (%v), want %v", fits, err, tc.fits)
+			}
+			want, wantErr := ts.runAllocator(ctxBG, tc.t, ts.nodeTemplate(tc.t), tc.used, tc.claims)
+			if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
+				t.Errorf("with the check %v (%v), the allocator alone %v (%v)", got, err, want, wantErr)
+			}
+			if !reflect.DeepEqual(tc.claims[0], before) {
+				t.Errorf("the caller's claim changed: %+v", tc.claims[0].Spec)
+			}
+		})
+	}
+	// Where the allocator alone would try every order of 8 free devices for 16 first, it is
+	// given the alternative that can be enough only.
+	claims, ok := ts.withoutHopelessAlternatives(ctxBG, trn1, usedBut(trn1, 8, 9, 10, 11, 12, 13, 14, 15), fa(16, 4))
+	if subs := claims[0].Spec.Devices.Requests[0].FirstAvailable; !ok || len(subs) != 1 || subs[0].Count != 4 {
+		t.Errorf("16 or 4 of 8 free: the allocator gets %+v (%v), want the 4 only", claims[0].Spec.Devices.Requests, ok)
+	}
+	got, err := ts.allocate(ctxBG, trn1, usedBut(trn1, 8, 9, 10, 11, 12, 13, 14, 15), fa(16, 4))
+	if err != nil || !reflect.DeepEqual(got, [][]int{{8, 9, 10, 11}}) {
+		t.Errorf("16 or 4 of 8 free: %v (%v), want devices 8 to 11", got, err)
+	}
+}
+
+// TestFirstAvailableNeed: the cores the planner counts for a claim with alternatives are no more
+// than the allocator's choice takes, on an empty node and beside pods already there, so the
+// merges and placements it rules out by cores could not have been made.
+func TestFirstAvailableNeed(t *testing.T) {
+	sub := func(name string, n int64, typ string) resourcev1.DeviceSubRequest {
+		return resourcev1.DeviceSubRequest{Name: name, DeviceClassName: DeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount,
+			Count: n, Selectors: instanceTypeIs(typ)}
+	}
+	spec := func(subs ...resourcev1.DeviceSubRequest) resourcev1.ResourceClaimSpec {
+		return resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "r", FirstAvailable: subs}}}}
+	}
+	s := newSim(topology.DefaultCatalog(), topology.BestFit, nil)
+	trn1, _ := topology.DefaultCatalog().Lookup("trn1.32xlarge")
+	sh := s.shape(trn1)
+	for _, tc := range []struct {
+		name string
+		spec resourcev1.ResourceClaimSpec
+		want int // cores counted
+	}{
+		{"16 or 4", spec(sub("a", 16, "trn1.32xlarge"), sub("b", 4, "trn1.32xlarge")), 4 * sh.CoresPerDevice},
+		{"2 or 8", spec(sub("a", 2, "trn1.32xlarge"), sub("b", 8, "trn1.32xlarge")), 2 * sh.CoresPerDevice},
+		{"another class", spec(sub("a", 4, "trn1.32xlarge"), resourcev1.DeviceSubRequest{Name: "b", DeviceClassName: "gpu.example.com", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := claimPod("p", tc.spec)
+			if got := coresNeeded(d, sh); got != tc.want {
+				t.Errorf("coresNeeded %d, want %d", got, tc.want)
+			}
+			u := topology.NewUsage(sh)
+			for range 4 { // the same pod again and again, until the node is full
+				before := u.FreeCoreCount()
+				if _, _, ok := s.place(u, d); !ok {
+					break
+				}
+				if took := before - u.FreeCoreCount(); took < coresNeeded(d, sh) {
+					t.Errorf("the allocator's choice takes %d cores, fewer than the %d counted", took, coresNeeded(d, sh))
+				}
+			}
+		})
+	}
+}
+
+// TestSelectorsMatchingAll: a selector that matches every device of a new node is left out of
+// what the allocator evaluates there, and kept where it does not.
+func TestSelectorsMatchingAll(t *testing.T) {
+	inf2Only := DefaultDeviceClass()
+	inf2Only.Name = "inf2-only"
+	inf2Only.Spec.Selectors = append(inf2Only.Spec.Selectors, resourcev1.DeviceSelector{CEL: &resourcev1.CELDeviceSelector{
+		Expression: "device.attributes['neuron.aws.com'].instanceType.startsWith('inf2.')"}})
+	ts := NewDeviceTemplates(nil, nil, []*resourcev1.DeviceClass{DefaultDeviceClass(), inf2Only})
+	cat := topology.DefaultCatalog()
+	trn2, _ := cat.Lookup("trn2.48xlarge")
+	inf2, _ := cat.Lookup("inf2.xlarge")
+	selectors := func(t topology.InstanceType) map[string]int {
+		out := map[string]int{}
+		for _, c := range ts.allocatorClasses(ctxBG, t) {
+			out[c.Name] = len(c.Spec.Selectors)
+		}
+		return out
+	}
+	if got, want := selectors(trn2), map[string]int{DeviceClass: 0, "inf2-only": 1}; !reflect.DeepEqual(got, want) {
+		t.Errorf("trn2.48xlarge: class selectors %v, want %v", got, want)
+	}
+	if got, want := selectors(inf2), map[string]int{DeviceClass: 0, "inf2-only": 0}; !reflect.DeepEqual(got, want) {
+		t.Errorf("inf2.xlarge: class selectors %v, want %v", got, want)
+	}
+	if len(ts.classes[1].Spec.Selectors) != 2 {
+		t.Errorf("the classes' own selectors changed: %v", ts.classes[1].Spec.Selectors)
+	}
+	sel := instanceTypeIs("trn2.48xlarge")
+	if got := ts.forNewNode(ctxBG, trn2, sel); len(got) != 0 {
+		t.Errorf("trn2.48xlarge: selectors %v, want none", got)
+	}
+	if got := ts.forNewNode(ctxBG, inf2, sel); !reflect.DeepEqual(got, sel) {
+		t.Errorf("inf2.xlarge: selectors %v, want %v", got, sel)
 	}
 }

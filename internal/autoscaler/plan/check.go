@@ -187,10 +187,11 @@ func selectorProblems(d PodDemand, cat *topology.Catalog) []Problem {
 // counts those types accept and the types that could serve it.
 func servingProblem(d PodDemand, s *sim) *Problem {
 	cat := s.cat
+	shape := requestShape(d)
 	var allowed []topology.InstanceType
 	for _, t := range cat.Types() {
 		if d.Allows(t) {
-			if s.serves(t, d) {
+			if s.serves(t, d, shape) {
 				return nil
 			}
 			allowed = append(allowed, t)
@@ -198,7 +199,7 @@ func servingProblem(d PodDemand, s *sim) *Problem {
 	}
 	var alternatives []topology.InstanceType
 	for _, t := range cat.Types() {
-		if s.serves(t, d) {
+		if s.serves(t, d, shape) {
 			alternatives = append(alternatives, t)
 		}
 	}

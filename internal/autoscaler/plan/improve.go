@@ -151,8 +151,8 @@ func (r *run) merge() bool {
 				continue
 			}
 			priced := na.t.PriceKnown() && nb.t.PriceKnown()
-			if !priced && na.t.Name != nb.t.Name {
-				continue
+			if !priced && (na.t.Name != nb.t.Name || na.need[na.ti]+nb.need[na.ti] > p.cores[na.ti]) {
+				continue // a node of their type cannot take both nodes' pods (mayMerge)
 			}
 			bound := math.Inf(1)
 			if priced {

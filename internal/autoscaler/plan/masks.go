@@ -3,9 +3,11 @@ package plan
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	resourcev1 "k8s.io/api/resource/v1"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -59,6 +61,18 @@ func (ts *DeviceTemplates) selectorMask(ctx context.Context, t topology.Instance
 	if ok {
 		return m, err
 	}
+	nt := ts.nodeTemplate(t)
+	var skey [2]string
+	if nt != nil {
+		// unknownKey reads which learned attributes are known: part of the key.
+		skey = [2]string{nt.key + ";" + ts.knownLearned(), expr}
+		if sm, ok := shared.mask(skey); ok {
+			ts.mu.Lock()
+			ts.masks[key], ts.maskErrs[key] = sm.m, sm.err
+			ts.mu.Unlock()
+			return sm.m, sm.err
+		}
+	}
 	devs := ts.templateDevices(t)
 	m = make([]bool, len(devs))
 	c := celCache.GetOrCompile(expr)
@@ -83,7 +97,20 @@ func (ts *DeviceTemplates) selectorMask(ctx context.Context, t topology.Instance
 	ts.mu.Lock()
 	ts.masks[key], ts.maskErrs[key] = m, err
 	ts.mu.Unlock()
+	if nt != nil {
+		shared.putMask(skey, sharedMask{m, err})
+	}
 	return m, err
+}
+
+// knownLearned is which of learnedAttributes some Neuron node has published.
+func (ts *DeviceTemplates) knownLearned() string {
+	var b strings.Builder
+	for _, a := range learnedAttributes {
+		_, known := ts.learned[""][a]
+		fmt.Fprintf(&b, "%v,", known)
+	}
+	return b.String()
 }
 
 // selectorsMask is the devices of type t's template that every selector matches.
@@ -125,10 +152,14 @@ func (ts *DeviceTemplates) requestMask(ctx context.Context, t topology.InstanceT
 
 // forNewNode returns the selectors as the allocator evaluates them on the template of a new node
 // of type t: a selector that reads an unknown attribute becomes the devices it matches
-// (selectorMask), or is left out when it matches all of them; the others stay as they are.
+// (selectorMask), or is left out when it matches all of them; the others stay as they are, but
+// for those that match every device of the node (matchesAll), which are left out too.
 func (ts *DeviceTemplates) forNewNode(ctx context.Context, t topology.InstanceType, sel []resourcev1.DeviceSelector) []resourcev1.DeviceSelector {
 	var out []resourcev1.DeviceSelector
 	for _, s := range sel {
+		if s.CEL != nil && !ts.unknownSelector(s.CEL.Expression) && ts.matchesAll(ctx, t, s.CEL.Expression) {
+			continue
+		}
 		if s.CEL == nil || !ts.unknownSelector(s.CEL.Expression) {
 			out = append(out, s)
 			continue
@@ -174,4 +205,71 @@ func maskExpression(m []bool, n int) (expr string, all bool) {
 		return "false", all
 	}
 	return strings.Join(terms, " || "), all
+}
+
+// matchesAll reports whether the selector matches, without an error, every device the template
+// of a new node of type t publishes, evaluated as the allocator evaluates it (the devices as the
+// slices have them, placeholders included). The allocator then gives the same answers without
+// it, and is spared evaluating it on every device of every run: the DeviceClass's
+// `device.driver == "neuron.aws.com"`, and a claim's instanceType selector on that type.
+func (ts *DeviceTemplates) matchesAll(ctx context.Context, t topology.InstanceType, expr string) bool {
+	nt := ts.nodeTemplate(t)
+	if nt == nil {
+		return false
+	}
+	key := maskKey{t.Name, expr}
+	ts.mu.Lock()
+	all, ok := ts.matchAll[key]
+	ts.mu.Unlock()
+	if ok {
+		return all
+	}
+	skey := [2]string{nt.key, expr}
+	if all, ok := shared.matchesAll(skey); ok {
+		ts.mu.Lock()
+		ts.matchAll[key] = all
+		ts.mu.Unlock()
+		return all
+	}
+	c := celCache.GetOrCompile(expr)
+	all = c.Error == nil
+	for _, s := range nt.slices {
+		for _, d := range s.Spec.Devices {
+			if !all {
+				break
+			}
+			match, _, err := c.DeviceMatches(ctx, dracel.Device{Driver: s.Spec.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+			all = err == nil && match
+		}
+	}
+	ts.mu.Lock()
+	ts.matchAll[key] = all
+	ts.mu.Unlock()
+	shared.putMatchesAll(skey, all)
+	return all
+}
+
+// allocatorClasses are the DeviceClasses as the allocator gets them on a new node of type t:
+// without the selectors that match every device of the node (matchesAll).
+func (ts *DeviceTemplates) allocatorClasses(ctx context.Context, t topology.InstanceType) classLister {
+	ts.mu.Lock()
+	out, ok := ts.typeClass[t.Name]
+	ts.mu.Unlock()
+	if ok {
+		return out
+	}
+	out = make(classLister, 0, len(ts.classes))
+	for _, c := range ts.classes {
+		if slices.ContainsFunc(c.Spec.Selectors, func(s resourcev1.DeviceSelector) bool { return s.CEL != nil && ts.matchesAll(ctx, t, s.CEL.Expression) }) {
+			c = c.DeepCopy()
+			c.Spec.Selectors = slices.DeleteFunc(c.Spec.Selectors, func(s resourcev1.DeviceSelector) bool {
+				return s.CEL != nil && ts.matchesAll(ctx, t, s.CEL.Expression)
+			})
+		}
+		out = append(out, c)
+	}
+	ts.mu.Lock()
+	ts.typeClass[t.Name] = out
+	ts.mu.Unlock()
+	return out
 }

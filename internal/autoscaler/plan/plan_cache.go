@@ -29,6 +29,8 @@ import (
 	"fmt"
 	"strings"
 
+	resourcev1 "k8s.io/api/resource/v1"
+
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -142,7 +144,8 @@ func requestShape(d PodDemand) string {
 
 // coresNeeded is the number of cores the pod's requests take on a node of the shape, when they
 // fit, at least: a core request its count, a device request all cores of its devices, a DRA All
-// request the whole node (a request with alternatives none: a later one may take fewer).
+// request the whole node, a request with alternatives the fewest cores any alternative takes
+// (firstAvailableNeed).
 func coresNeeded(d PodDemand, sh *topology.Shape) int {
 	n := allocation.CoresNeeded(sh, d.Requests)
 	for _, r := range d.DRA {
@@ -152,6 +155,36 @@ func coresNeeded(d PodDemand, sh *topology.Shape) int {
 			n += sh.Cores()
 		default:
 			n += sh.CoresNeeded(topology.Request{Unit: topology.UnitDevice, Count: r.Count})
+		}
+	}
+	return n + firstAvailableNeed(d, sh)
+}
+
+// firstAvailableNeed is the number of cores the firstAvailable requests of the pod's claims take
+// at least: for each, the fewest of its alternatives' ExactCount devices, as cores (none when an
+// alternative asks for all devices, or for another DeviceClass: it may take no Neuron core).
+// Claims already allocated count none (requestShape reads their devices, not their specs).
+func firstAvailableNeed(d PodDemand, sh *topology.Shape) int {
+	n := 0
+	for _, c := range d.Claims {
+		if c.Status.Allocation != nil {
+			continue
+		}
+		for _, r := range c.Spec.Devices.Requests {
+			if r.Exactly != nil || len(r.FirstAvailable) == 0 {
+				continue
+			}
+			least := -1
+			for _, s := range r.FirstAvailable {
+				devs := 0
+				if s.DeviceClassName == DeviceClass && s.AllocationMode == resourcev1.DeviceAllocationModeExactCount {
+					devs = int(s.Count)
+				}
+				if least < 0 || devs < least {
+					least = devs
+				}
+			}
+			n += sh.CoresNeeded(topology.Request{Unit: topology.UnitDevice, Count: least})
 		}
 	}
 	return n

@@ -506,7 +506,7 @@ func BenchmarkPlan(b *testing.B) {
 
 // lowerBound is a lower bound of what the pods the plan puts on new, priced nodes must cost: each
 // pod pays for the share of a node its devices are (cores as whole devices' worth, a DRA "all"
-// request a whole node) on the cheapest priced type it allows. No plan can cost less: a node's
+// request a whole node, a request with alternatives one device) on the cheapest priced type it allows. No plan can cost less: a node's
 // price is at least the sum of the shares of the pods on it.
 func lowerBound(plan ScaleUp, pending []PodDemand, types []topology.InstanceType) float64 {
 	byKey := map[string]PodDemand{}
@@ -534,9 +534,12 @@ func lowerBound(plan ScaleUp, pending []PodDemand, types []topology.InstanceType
 					}
 				}
 				for _, r := range d.DRA {
-					if r.All {
+					switch {
+					case r.FirstAvailable: // a later alternative may take fewer: one device at least
+						devices++
+					case r.All:
 						devices += float64(t.Devices)
-					} else {
+					default:
 						devices += float64(r.Count)
 					}
 				}

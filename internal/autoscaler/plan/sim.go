@@ -16,6 +16,12 @@ type sim struct {
 	policy topology.Policy
 	dra    *DeviceTemplates
 	shapes map[string]*topology.Shape
+	served map[servedKey]bool // serves' answers: they depend on the type and the request shape only
+}
+
+// servedKey is what serves' answer depends on: the instance type and the pod's requestShape.
+type servedKey struct {
+	typ, shape string
 }
 
 // newSim returns a sim; dra nil means templates learned from no node (NewDeviceTemplates).
@@ -23,7 +29,7 @@ func newSim(cat *topology.Catalog, policy topology.Policy, dra *DeviceTemplates)
 	if dra == nil {
 		dra = NewDeviceTemplates(cat, nil, nil)
 	}
-	return &sim{cat: cat, policy: policy, dra: dra, shapes: map[string]*topology.Shape{}}
+	return &sim{cat: cat, policy: policy, dra: dra, shapes: map[string]*topology.Shape{}, served: map[servedKey]bool{}}
 }
 
 // shape returns the shape of a new node of type t (default LNC); nil when t is not valid.
@@ -133,11 +139,18 @@ func release(u *topology.Usage, hw []topology.Allocation) {
 }
 
 // serves reports whether an empty node of type t can take the pod (whatever its selector).
-func (s *sim) serves(t topology.InstanceType, d PodDemand) bool {
-	sh := s.shape(t)
-	if sh == nil {
-		return false
+// shape is the pod's requestShape: the answer is kept under it, as the placement on a node in one
+// state depends on nothing else of the pod (servingProblem asks it of every type, for every pod
+// no type serves, and a DRA pod's answer comes from the allocator).
+func (s *sim) serves(t topology.InstanceType, d PodDemand, shape string) bool {
+	key := servedKey{t.Name, shape}
+	if ok, seen := s.served[key]; seen {
+		return ok
 	}
-	_, _, ok := s.place(topology.NewUsage(sh), d)
+	ok := false
+	if sh := s.shape(t); sh != nil {
+		_, _, ok = s.place(topology.NewUsage(sh), d)
+	}
+	s.served[key] = ok
 	return ok
 }

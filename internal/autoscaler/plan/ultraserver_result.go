@@ -9,7 +9,7 @@ import (
 // families, can serve it.
 func servedByUltraServer(s *sim, d PodDemand, opts Options) bool {
 	for _, t := range ultraServerTypes(opts) {
-		if d.Allows(t) && s.serves(t, d) {
+		if d.Allows(t) && s.serves(t, d, requestShape(d)) {
 			return true
 		}
 	}
