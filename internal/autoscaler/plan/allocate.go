@@ -243,6 +243,9 @@ func (ts *DeviceTemplates) allocate(ctx context.Context, t topology.InstanceType
 	if nt == nil || !ts.enoughDevices(ctx, t, used, claims) {
 		return nil, errNoFit
 	}
+	if devs, ok, err := ts.firstFit(ctx, t, used, claims); ok {
+		return devs, err
+	}
 	claims, ok := ts.withoutHopelessAlternatives(ctx, t, used, claims)
 	if !ok {
 		return nil, errNoFit
