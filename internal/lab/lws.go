@@ -234,26 +234,23 @@ func (l *Lab) startLWS(ctx context.Context, dir string) error {
 		return err
 	}
 
-	// The webhook server answers with the lab's certificate.
+	// The webhook server completes a TLS handshake with the lab's certificate for 127.0.0.1 (a
+	// handshake only: an HTTP request without an AdmissionReview would log an error).
 	caPEM, err := os.ReadFile(pki.CACert)
 	if err != nil {
 		return err
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
-	defer tr.CloseIdleConnections()
-	baseURL := "https://127.0.0.1:" + strconv.Itoa(webhookPort)
-	if err := waitReady(ctx, p, "the webhook server", func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/validate--v1-pod", nil)
+	webhookAddr := "127.0.0.1:" + strconv.Itoa(webhookPort)
+	baseURL := "https://" + webhookAddr
+	if err := waitReady(ctx, p, "the webhook server's TLS handshake", func(ctx context.Context) error {
+		d := &tls.Dialer{Config: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}
+		conn, err := d.DialContext(ctx, "tcp", webhookAddr)
 		if err != nil {
 			return err
 		}
-		resp, err := (&http.Client{Transport: tr, Timeout: 2 * time.Second}).Do(req)
-		if err != nil {
-			return err
-		}
-		return resp.Body.Close()
+		return conn.Close()
 	}); err != nil {
 		return err
 	}
