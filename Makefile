@@ -71,6 +71,10 @@ e2e: ## Run the e2e tests on labs (real control plane; simulated nodes, then the
 	KUBE_NEURON_REAL_NODE_FLAGS="$$(if [ "$(KUBE_NEURON_REAL_NODES)" != 0 ]; then hack/real-nodes.sh; fi)" \
 	$(GO) test -race -count=1 -tags e2e -timeout 30m ./test/e2e/realnode/
 
+.PHONY: lws
+lws: ## Build the LeaderWorkerSet controller the lab can run (hack/lws/build.sh; the e2e tests build it when they need it): docs/lab.md
+	hack/lws/build.sh
+
 .PHONY: lab-up
 lab-up: build ## Start the lab in the background with every component, the autoscaler too (COMPONENTS=a,b chooses; FLEET=file the fleet), the chart installed with helm; kubeconfig in .lab/kubeconfig
 	@mkdir -p $(LAB_DIR)

@@ -64,6 +64,11 @@ type Options struct {
 	NodeBinDir, ImagesDir, LabImagesDir string
 	// Chart installs the Helm chart with helm once the nodes run (ChartOptions).
 	Chart *ChartOptions
+	// LWS runs the LeaderWorkerSet controller (sigs.k8s.io/lws) with its CRDs and webhooks, from
+	// LWSDir: the directory hack/lws/build.sh prints (see lws.go and docs/lab.md). Not with real
+	// nodes.
+	LWS    bool
+	LWSDir string
 	// StatusUpdateFrequency is how often simulated nodes post changes of their device plugins'
 	// capacity and allocatable (SimulatorOptions.StatusUpdateFrequency); 0 is a kubelet's 10 s.
 	StatusUpdateFrequency time.Duration
@@ -123,6 +128,7 @@ type Lab struct {
 	extender    *Process
 	extenderURL string
 	autoscaler  *Process
+	lws         *Process
 	adopted     map[string]NodeSpec // nodes created through the API (LocalProviderIDPrefix) and simulated
 	stopAdopt   context.CancelFunc
 	adoptDone   chan struct{}
@@ -484,6 +490,11 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	adoptCtx, stopAdopt := context.WithCancel(klog.NewContext(context.Background(), logger))
 	l.stopAdopt, l.adoptDone = stopAdopt, make(chan struct{})
 	go l.adoptLoop(adoptCtx, cat)
+	if o.LWS {
+		if err := l.startLWS(ctx, o.LWSDir); err != nil {
+			return fail(err)
+		}
+	}
 	for _, m := range o.Manifests {
 		if _, err := ApplyFile(ctx, cp.RESTConfig(), "kube-neuron-lab", m, metav1.NamespaceSystem); err != nil {
 			return fail(err)
@@ -505,6 +516,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 func (l *Lab) Stop() error {
 	var err error
 	err = errors.Join(err, l.StopAutoscaler())
+	err = errors.Join(err, l.stopLWS())
 	if l.stopAdopt != nil {
 		l.stopAdopt()
 		<-l.adoptDone

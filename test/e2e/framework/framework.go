@@ -101,8 +101,9 @@ func Main(m *testing.M, fleet *lab.FleetFile, components ...string) int {
 	return MainOptions(m, lab.Options{Fleet: fleet, Components: components})
 }
 
-// MainOptions is Main with more of the lab's options (AuditLog, AutoscalerArgs, Manifests); it
-// sets BinDir, Dir, ComponentBinDir and Verbosity itself and builds o.Components. A fleet with
+// MainOptions is Main with more of the lab's options (AuditLog, AutoscalerArgs, Manifests, LWS); it
+// sets BinDir, Dir, ComponentBinDir and Verbosity itself and builds o.Components (and, with LWS,
+// the LeaderWorkerSet controller: LWSDir). A fleet with
 // real nodes also gets what they need (RealNodeOptions) and the chart, installed with helm.
 func MainOptions(m *testing.M, o lab.Options) int {
 	components := o.Components
@@ -145,6 +146,12 @@ func MainOptions(m *testing.M, o lab.Options) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
+	}
+	if o.LWS && o.LWSDir == "" {
+		if o.LWSDir, err = LWSDir(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
 	}
 	dir, err := os.MkdirTemp("", "kube-neuron-e2e-")
 	if err != nil {
