@@ -138,6 +138,11 @@ func selectorProblems(d PodDemand, cat *topology.Catalog) []Problem {
 	var out []Problem
 	known := NewNodeLabels(topology.InstanceType{}, d.Mode())
 	for _, k := range sortedKeys(d.Pod.Spec.NodeSelector) {
+		if _, us := ultraServerKeys[k]; us {
+			out = append(out, problem("the pod's nodeSelector %s=%s pins it to the nodes of one UltraServer (a LeaderWorkerSet's workers follow their leader so): "+
+				"no new node has that UltraServer's id, so the autoscaler launches nothing for it. It runs once a node of that UltraServer has room", k, d.Pod.Spec.NodeSelector[k]))
+			continue
+		}
 		if _, ok := known[k]; !ok {
 			out = append(out, problem("the pod's nodeSelector %s=%s can never match a new Neuron node: new nodes carry only the labels %s. "+
 				"Remove %s from the pod's nodeSelector", k, d.Pod.Spec.NodeSelector[k], newNodeLabelKeys, k))

@@ -143,3 +143,15 @@ func TestPlanUltraServerUnits(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckPinnedToAnUltraServer: a LeaderWorkerSet worker, pinned by its node selector to its
+// leader's UltraServer, is told that no new node can be that UltraServer's.
+func TestCheckPinnedToAnUltraServer(t *testing.T) {
+	d := us4Pods(t, 1)[0]
+	d.Pod.Spec.Affinity = nil
+	d.Pod.Spec.NodeSelector = map[string]string{labels.UltraServerServerID4: "0123456789abcdef"}
+	problems := messages(Check(d, allDaemonSets))
+	if len(problems) != 1 || !strings.Contains(problems[0], "pins it to the nodes of one UltraServer") {
+		t.Errorf("Check: %q", problems)
+	}
+}

@@ -15,6 +15,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// No Neuron node at the start: the autoscaler launches them.
-	os.Exit(framework.Main(m, &lab.FleetFile{}, lab.ComponentDevicePlugin, lab.ComponentDRADriver, lab.ComponentExtender, lab.ComponentAutoscaler))
+	// No Neuron node at the start: the autoscaler launches them. The LeaderWorkerSet controller
+	// runs for the seed's own UltraServer example.
+	os.Exit(framework.MainOptions(m, lab.Options{
+		Fleet:      &lab.FleetFile{},
+		Components: []string{lab.ComponentDevicePlugin, lab.ComponentDRADriver, lab.ComponentExtender, lab.ComponentAutoscaler},
+		LWS:        true,
+	}))
 }
