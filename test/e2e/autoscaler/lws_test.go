@@ -47,7 +47,7 @@ func TestSeedLeaderWorkerSetGetsTwoUltraServers(t *testing.T) {
 	framework.Apply(t, ctx, "test/e2e/autoscaler/testdata/lws-us-4-node.yaml", ns)
 
 	groups := map[string]map[string]bool{} // group index -> UltraServers its pods run on
-	nodes := map[string]string{}            // node -> pod
+	nodes := map[string]string{}           // node -> pod
 	for g := range 2 {
 		for w := range 4 {
 			name := fmt.Sprintf("vllm-%d", g)
