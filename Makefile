@@ -76,9 +76,9 @@ lws: ## Build the LeaderWorkerSet controller the lab can run (hack/lws/build.sh;
 	hack/lws/build.sh
 
 .PHONY: lab-up
-lab-up: build ## Start the lab in the background with every component, the autoscaler too (COMPONENTS=a,b chooses; FLEET=file the fleet), the chart installed with helm; kubeconfig in .lab/kubeconfig
+lab-up: build ## Start the lab in the background with every component, the autoscaler too (COMPONENTS=a,b chooses; FLEET=file the fleet; LWS=1 the LeaderWorkerSet controller), the chart installed with helm; kubeconfig in .lab/kubeconfig
 	@mkdir -p $(LAB_DIR)
-	$(BIN)/neuron-lab up --dir $(LAB_DIR) $(LAB_FLAGS) $(if $(REAL_FLEET),$$(hack/real-nodes.sh)) $(if $(FLEET),--fleet $(FLEET)) $(if $(COMPONENTS),--components $(COMPONENTS))
+	$(BIN)/neuron-lab up --dir $(LAB_DIR) $(LAB_FLAGS) $(if $(REAL_FLEET),$$(hack/real-nodes.sh)) $(if $(FLEET),--fleet $(FLEET)) $(if $(COMPONENTS),--components $(COMPONENTS)) $(if $(LWS),--lws-dir "$$(hack/lws/build.sh)")
 
 # lab-status and lab-down use the neuron-lab that lab-up built (building it when there is none).
 .PHONY: lab-status

@@ -9,10 +9,11 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/lab"
 )
 
-// realFlags are the flags of real nodes and of the chart's installation.
+// realFlags are the flags of real nodes, of the chart's installation and of the LeaderWorkerSet
+// controller.
 type realFlags struct {
-	nodeBin, images, labImages, chart, helm string
-	values                                  []string
+	nodeBin, images, labImages, chart, helm, lws string
+	values                                       []string
 }
 
 func (r *realFlags) add(root *cobra.Command) {
@@ -23,11 +24,12 @@ func (r *realFlags) add(root *cobra.Command) {
 	f.StringVar(&r.chart, "chart", "", "install this Helm chart with helm upgrade --install once the nodes run")
 	f.StringVar(&r.helm, "helm", "", "the helm binary for --chart (hack/helm/build.sh prints it)")
 	f.StringArrayVarP(&r.values, "values", "f", nil, "a values file for --chart, after the lab's own (repeatable)")
+	f.StringVar(&r.lws, "lws-dir", "", "run the LeaderWorkerSet controller and its webhooks from this directory (hack/lws/build.sh or make lws prints it); not with real nodes")
 }
 
 // abs makes every path absolute (`up` runs the lab in the background).
 func (r *realFlags) abs() error {
-	for _, p := range []*string{&r.nodeBin, &r.images, &r.labImages, &r.chart, &r.helm} {
+	for _, p := range []*string{&r.nodeBin, &r.images, &r.labImages, &r.chart, &r.helm, &r.lws} {
 		if *p == "" {
 			continue
 		}
@@ -51,7 +53,7 @@ func (r *realFlags) abs() error {
 func (r *realFlags) args() []string {
 	var out []string
 	for _, f := range []struct{ name, v string }{{"--node-bin-dir", r.nodeBin}, {"--images-dir", r.images},
-		{"--lab-images-dir", r.labImages}, {"--chart", r.chart}, {"--helm", r.helm}} {
+		{"--lab-images-dir", r.labImages}, {"--chart", r.chart}, {"--helm", r.helm}, {"--lws-dir", r.lws}} {
 		if f.v != "" {
 			out = append(out, f.name, f.v)
 		}
@@ -64,6 +66,9 @@ func (r *realFlags) args() []string {
 
 func (r *realFlags) apply(o *lab.Options) {
 	o.NodeBinDir, o.ImagesDir, o.LabImagesDir = r.nodeBin, r.images, r.labImages
+	if r.lws != "" {
+		o.LWS, o.LWSDir = true, r.lws
+	}
 	if r.chart != "" {
 		o.Chart = &lab.ChartOptions{Helm: r.helm, Chart: r.chart, ValuesFiles: r.values, Wait: 4 * time.Minute}
 	}
