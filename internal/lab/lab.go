@@ -336,10 +336,13 @@ func (l *Lab) StartAutoscaler(extra ...string) error {
 }
 
 // StopAutoscaler stops neuron-autoscaler (a test restarts it with StartAutoscaler).
-func (l *Lab) StopAutoscaler() error {
+func (l *Lab) StopAutoscaler() error { return l.stopSlot(&l.autoscaler) }
+
+// stopSlot stops the process *slot holds (under l.mu), if any, and empties the slot.
+func (l *Lab) stopSlot(slot **Process) error {
 	l.mu.Lock()
-	p := l.autoscaler
-	l.autoscaler = nil
+	p := *slot
+	*slot = nil
 	l.mu.Unlock()
 	if p == nil {
 		return nil

@@ -344,18 +344,7 @@ func lwsDryRun(ctx context.Context, dyn dynamic.Interface) error {
 
 // stopLWS stops the LeaderWorkerSet controller if it runs. Its webhook configurations stay: they
 // go with the lab's API server.
-func (l *Lab) stopLWS() error {
-	l.mu.Lock()
-	p := l.lws
-	l.lws = nil
-	l.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	err := p.Stop(StopGrace(StopOrderComponent))
-	_ = RemoveFromState(l.cp.Dir(), p.PID())
-	return err
-}
+func (l *Lab) stopLWS() error { return l.stopSlot(&l.lws) }
 
 // LWS returns the running LeaderWorkerSet controller process, nil when none runs.
 func (l *Lab) LWS() *Process {

@@ -67,13 +67,13 @@ func (ts *DeviceTemplates) nodeTemplate(t topology.InstanceType) *nodeTemplate {
 	}
 	learned := ts.learnedFor(t.Name)
 	key := templateKey(t, learned)
-	nt, ok := shared.get(key)
+	nt, ok := shared.nodes.get(key)
 	if !ok {
 		nt = buildTemplate(t, learned)
 		if nt != nil {
 			nt.key = key
 		}
-		shared.put(key, nt)
+		shared.nodes.put(key, nt)
 	}
 	ts.nodes[t.Name] = nt
 	return nt
@@ -94,71 +94,43 @@ func templateKey(t topology.InstanceType, learned map[resourcev1.QualifiedName]r
 // matches (selectorMask, matchesAll, under the template's key and the expression). They depend
 // on nothing else, and a round of a thousand pods spends as long building them as placing
 // its DRA pods. It forgets everything when it holds too much (selectors come from users' claims).
-var shared = newSharedTemplates(1 << 14)
+var shared = struct {
+	nodes *boundedCache[string, *nodeTemplate]
+	masks *boundedCache[[2]string, maskResult]
+	all   *boundedCache[[2]string, bool]
+}{newBoundedCache[string, *nodeTemplate](1 << 14), newBoundedCache[[2]string, maskResult](1 << 14), newBoundedCache[[2]string, bool](1 << 14)}
 
-type sharedTemplates struct {
-	mu    sync.Mutex
-	limit int
-	nodes map[string]*nodeTemplate
-	masks map[[2]string]sharedMask
-	all   map[[2]string]bool
-}
-
-type sharedMask struct {
+// maskResult is selectorMask's answer: which devices the selector matches, or why it fails.
+type maskResult struct {
 	m   []bool
 	err error
 }
 
-func newSharedTemplates(limit int) *sharedTemplates {
-	return &sharedTemplates{limit: limit, nodes: map[string]*nodeTemplate{}, masks: map[[2]string]sharedMask{}, all: map[[2]string]bool{}}
+// boundedCache is a map for concurrent use that forgets everything when it holds limit entries.
+type boundedCache[K comparable, V any] struct {
+	mu    sync.Mutex
+	limit int
+	m     map[K]V
 }
 
-func (s *sharedTemplates) get(key string) (*nodeTemplate, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	nt, ok := s.nodes[key]
-	return nt, ok
+func newBoundedCache[K comparable, V any](limit int) *boundedCache[K, V] {
+	return &boundedCache[K, V]{limit: limit, m: map[K]V{}}
 }
 
-func (s *sharedTemplates) put(key string, nt *nodeTemplate) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.nodes) >= s.limit {
-		clear(s.nodes)
+func (c *boundedCache[K, V]) get(k K) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[k]
+	return v, ok
+}
+
+func (c *boundedCache[K, V]) put(k K, v V) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.limit {
+		clear(c.m)
 	}
-	s.nodes[key] = nt
-}
-
-func (s *sharedTemplates) mask(key [2]string) (sharedMask, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m, ok := s.masks[key]
-	return m, ok
-}
-
-func (s *sharedTemplates) putMask(key [2]string, m sharedMask) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.masks) >= s.limit {
-		clear(s.masks)
-	}
-	s.masks[key] = m
-}
-
-func (s *sharedTemplates) matchesAll(key [2]string) (all, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	all, ok = s.all[key]
-	return all, ok
-}
-
-func (s *sharedTemplates) putMatchesAll(key [2]string, all bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.all) >= s.limit {
-		clear(s.all)
-	}
-	s.all[key] = all
+	c.m[k] = v
 }
 
 // learnedFor are the learned attributes of type typ's devices: the type's own values over any

@@ -55,26 +55,26 @@ type maskKey struct {
 func (ts *DeviceTemplates) selectorMask(ctx context.Context, t topology.InstanceType, expr string) ([]bool, error) {
 	key := maskKey{t.Name, expr}
 	ts.mu.Lock()
-	m, ok := ts.masks[key]
-	err := ts.maskErrs[key]
+	r, ok := ts.masks[key]
 	ts.mu.Unlock()
 	if ok {
-		return m, err
+		return r.m, r.err
 	}
 	nt := ts.nodeTemplate(t)
 	var skey [2]string
 	if nt != nil {
 		// unknownKey reads which learned attributes are known: part of the key.
 		skey = [2]string{nt.key + ";" + ts.knownLearned(), expr}
-		if sm, ok := shared.mask(skey); ok {
+		if r, ok := shared.masks.get(skey); ok {
 			ts.mu.Lock()
-			ts.masks[key], ts.maskErrs[key] = sm.m, sm.err
+			ts.masks[key] = r
 			ts.mu.Unlock()
-			return sm.m, sm.err
+			return r.m, r.err
 		}
 	}
 	devs := ts.templateDevices(t)
-	m = make([]bool, len(devs))
+	m := make([]bool, len(devs))
+	var err error
 	c := celCache.GetOrCompile(expr)
 	if c.Error != nil {
 		err = fmt.Errorf("the selector %q does not compile: %v", expr, c.Error)
@@ -95,10 +95,10 @@ func (ts *DeviceTemplates) selectorMask(ctx context.Context, t topology.Instance
 		}
 	}
 	ts.mu.Lock()
-	ts.masks[key], ts.maskErrs[key] = m, err
+	ts.masks[key] = maskResult{m, err}
 	ts.mu.Unlock()
 	if nt != nil {
-		shared.putMask(skey, sharedMask{m, err})
+		shared.masks.put(skey, maskResult{m, err})
 	}
 	return m, err
 }
@@ -225,7 +225,7 @@ func (ts *DeviceTemplates) matchesAll(ctx context.Context, t topology.InstanceTy
 		return all
 	}
 	skey := [2]string{nt.key, expr}
-	if all, ok := shared.matchesAll(skey); ok {
+	if all, ok := shared.all.get(skey); ok {
 		ts.mu.Lock()
 		ts.matchAll[key] = all
 		ts.mu.Unlock()
@@ -245,7 +245,7 @@ func (ts *DeviceTemplates) matchesAll(ctx context.Context, t topology.InstanceTy
 	ts.mu.Lock()
 	ts.matchAll[key] = all
 	ts.mu.Unlock()
-	shared.putMatchesAll(skey, all)
+	shared.all.put(skey, all)
 	return all
 }
 

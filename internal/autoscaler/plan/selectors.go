@@ -43,8 +43,7 @@ type DeviceTemplates struct {
 	mu        sync.Mutex
 	nodes     map[string]*nodeTemplate   // instance type -> its new node
 	devices   map[string][]dracel.Device // instance type -> its template devices
-	masks     map[maskKey][]bool         // which template devices a selector matches
-	maskErrs  map[maskKey]error          // and why it fails
+	masks     map[maskKey]maskResult     // which template devices a selector matches, or why it fails
 	validated map[configKey]error        // claim configs against an instance type
 	matchAll  map[maskKey]bool           // whether a selector matches every device of a new node
 	typeClass map[string]classLister     // instance type -> classes as the allocator gets them
@@ -96,7 +95,7 @@ func NewDeviceTemplates(cat *topology.Catalog, rslices []*resourcev1.ResourceSli
 		}
 		learned[k.typ][k.attr] = values[best]
 	}
-	ts := &DeviceTemplates{cat: cat, learned: learned, nodes: map[string]*nodeTemplate{}, devices: map[string][]dracel.Device{}, masks: map[maskKey][]bool{}, maskErrs: map[maskKey]error{}, validated: map[configKey]error{},
+	ts := &DeviceTemplates{cat: cat, learned: learned, nodes: map[string]*nodeTemplate{}, devices: map[string][]dracel.Device{}, masks: map[maskKey]maskResult{}, validated: map[configKey]error{},
 		matchAll: map[maskKey]bool{}, typeClass: map[string]classLister{}}
 	if classes == nil {
 		classes = []*resourcev1.DeviceClass{DefaultDeviceClass()}

@@ -173,7 +173,7 @@ func (up *unitPlanner) plan(pods []int) {
 		if up.placeExisting(i, group, grouped) {
 			continue
 		}
-		up.placeNew(i, group, grouped, types)
+		up.placeNew(i, group, types)
 	}
 }
 
@@ -196,7 +196,7 @@ func (up *unitPlanner) placeExisting(i int, group string, grouped bool) bool {
 }
 
 // placeNew launches a unit of the cheapest UltraServer type that takes pod i.
-func (up *unitPlanner) placeNew(i int, group string, grouped bool, types []topology.InstanceType) {
+func (up *unitPlanner) placeNew(i int, group string, types []topology.InstanceType) {
 	d := up.pending[i]
 	for _, t := range types {
 		if !d.Allows(t) || up.sim.shape(t) == nil || !up.fit(topology.NewUsage(up.sim.shape(t)), i).ok {
@@ -221,7 +221,6 @@ func (up *unitPlanner) placeNew(i int, group string, grouped bool, types []topol
 		up.placeOn(un, i)
 		return
 	}
-	_ = grouped
 }
 
 // placeOn puts pod i on the first member of the unit that takes it, one pod of a group per node

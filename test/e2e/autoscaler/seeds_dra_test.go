@@ -43,9 +43,7 @@ var seedDRAPods = []struct {
 // run: the scheduler does not know the driver's refusal, and would bind it to a free trn1.2xlarge
 // launched for another pod, which then needs another node. Every launched node takes a pod (the scheduler and the
 // DRA driver refuse none), no claim fails to prepare, and the four us-4-node-config replicas run
-// on the four nodes of one UltraServer, launched as one. (Before the planner allocated claims
-// with the scheduler's allocator and launched UltraServers as units, the replicas got four
-// unrelated trn2u.48xlarge nodes and never ran.)
+// on the four nodes of one UltraServer, launched as one.
 func TestSeedDRATemplatesGetNodesTheSchedulerTakes(t *testing.T) {
 	ctx, ns := setup(t)
 	framework.EnsureDeviceClass(t, ctx)

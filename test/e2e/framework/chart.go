@@ -18,8 +18,12 @@ import (
 // Chart is the chart's directory, relative to the repository root.
 const Chart = "deployments/helm/kube-neuron"
 
-var helmOnce = sync.OnceValues(func() (string, error) {
-	if p := os.Getenv("KUBE_NEURON_HELM"); p != "" {
+var helmOnce = sync.OnceValues(func() (string, error) { return builtBy("KUBE_NEURON_HELM", "helm") })
+
+// builtBy returns $env when it is set, else the last line hack/<dir>/build.sh prints (the path of
+// what it built, or found built before).
+func builtBy(env, dir string) (string, error) {
+	if p := os.Getenv(env); p != "" {
 		return p, nil
 	}
 	root, err := RepoRoot()
@@ -27,15 +31,15 @@ var helmOnce = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(root, "hack", "helm", "build.sh"))
+	cmd := exec.Command(filepath.Join(root, "hack", dir, "build.sh"))
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("hack/helm/build.sh: %w\n%s", err, stderr.String())
+		return "", fmt.Errorf("hack/%s/build.sh: %w\n%s", dir, err, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return lines[len(lines)-1], nil
-})
+}
 
 // HelmPath returns the pinned helm binary ($KUBE_NEURON_HELM, or the one hack/helm/build.sh
 // builds).
