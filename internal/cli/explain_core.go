@@ -1,0 +1,915 @@
+package cli
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+
+	apiv1 "github.com/kube-neuron/kube-neuron/api/neuron.aws.com/v1"
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// Verdicts of explain on one node: why the pod does or does not fit there.
+const (
+	VerdictFits             = "Fits"             // a valid free set exists now
+	VerdictUnsupportedCount = "UnsupportedCount" // the node's instance type never accepts the count
+	VerdictInsufficient     = "Insufficient"     // fewer devices or cores free than asked for
+	VerdictFragmented       = "Fragmented"       // enough free, but in no valid (connected) set
+	VerdictTainted          = "Tainted"          // a taint the pod does not tolerate
+	VerdictUnschedulable    = "Unschedulable"    // the node is cordoned
+	VerdictWrongMode        = "WrongMode"        // the node serves the other allocation mode
+	VerdictUnhealthy        = "Unhealthy"        // fits by the records, but devices are unhealthy
+)
+
+// explainInput is what explain reads from the cluster for one pod; explainPod decides from it
+// alone.
+type explainInput struct {
+	Catalog *topology.Catalog
+	Pod     *corev1.Pod
+	// Events are the events whose involved object is the pod.
+	Events []corev1.Event
+	// Nodes are the cluster's nodes (Neuron or not).
+	Nodes []*corev1.Node
+	// Pods are the pods of every namespace that have not terminated (their allocation records).
+	Pods []*corev1.Pod
+	// Claims are the ResourceClaims of every namespace (what DRA nodes hold).
+	Claims []*resourcev1.ResourceClaim
+	// PodClaims are the pod's own claims, in spec order.
+	PodClaims []podClaim
+	// Slices and Classes are the ResourceSlices and DeviceClasses DRA requests resolve against.
+	Slices  []*resourcev1.ResourceSlice
+	Classes []*resourcev1.DeviceClass
+}
+
+// podClaim is one entry of the pod's spec.resourceClaims: the claim when it exists, else the
+// template's spec (the resourceclaim controller has not made the claim yet).
+type podClaim struct {
+	Name     string // the name in the pod's spec
+	Claim    *resourcev1.ResourceClaim
+	Template *resourcev1.ResourceClaimSpec
+	Missing  string // the claim or template the spec names that does not exist
+}
+
+// Explanation is `kubectl-neuron explain pod -o json`.
+type Explanation struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Phase     string `json:"phase"`
+	Node      string `json:"node"`
+	// Summary says in one line what the pod is doing and why.
+	Summary  string           `json:"summary"`
+	Events   []ExplainEvent   `json:"events"`
+	Requests []ExplainRequest `json:"requests"`
+	// Total is the pod's request as the engine sums it ("7 devices", "4 cores").
+	Total string `json:"total"`
+	// ValidCounts are the counts each instance type the pod may use accepts.
+	ValidCounts []TypeCounts `json:"validCounts"`
+	// Nodes are the candidate nodes: Neuron nodes the pod's nodeSelector and affinity allow.
+	Nodes []NodeVerdict `json:"nodes"`
+	// OtherNodes counts the Neuron nodes the pod's nodeSelector or affinity rules out.
+	OtherNodes int              `json:"otherNodes"`
+	Autoscaler AutoscalerAnswer `json:"autoscaler"`
+	Claims     []ClaimState     `json:"claims"`
+	// Holds is what a pod that runs (or ran) holds.
+	Holds    []NodeHolder `json:"holds"`
+	WhatToDo []string     `json:"whatToDo"`
+}
+
+// ExplainEvent is one event on the pod.
+type ExplainEvent struct {
+	Type    string `json:"type"`
+	Reason  string `json:"reason"`
+	Source  string `json:"source"`
+	Message string `json:"message"`
+	Count   int32  `json:"count"`
+}
+
+// ExplainRequest is one container's Neuron request.
+type ExplainRequest struct {
+	Container string `json:"container"`
+	Resource  string `json:"resource"`
+	Unit      string `json:"unit"`
+	Count     int    `json:"count"`
+}
+
+// TypeCounts are the counts an instance type accepts.
+type TypeCounts struct {
+	InstanceType string `json:"instanceType"`
+	Devices      []int  `json:"devices"`
+	Cores        []int  `json:"cores"`
+	// Accepts: every request of the pod is a count the type accepts.
+	Accepts bool `json:"accepts"`
+}
+
+// NodeVerdict is why the pod fits or does not fit one candidate node.
+type NodeVerdict struct {
+	Name         string `json:"name"`
+	InstanceType string `json:"instanceType"`
+	Mode         string `json:"mode"`
+	FreeDevices  []int  `json:"freeDevices"`
+	FreeCores    []int  `json:"freeCores"`
+	// FreeSets are disjoint free connected sets of devices, largest first: what a device
+	// request can get there.
+	FreeSets  [][]int `json:"freeSets"`
+	Unhealthy int     `json:"unhealthy"`
+	Verdict   string  `json:"verdict"`
+	Message   string  `json:"message"`
+	// Move, for a fragmented node, is the smallest set of holders whose release makes a valid
+	// set of the size free.
+	Move *Move `json:"move,omitempty"`
+}
+
+// Move is the pods to move off a fragmented node and what their release frees.
+type Move struct {
+	Pods []MovedPod `json:"pods"`
+	// Frees is the set the request would get once they are gone.
+	Frees []int  `json:"frees"`
+	Unit  string `json:"unit"`
+}
+
+// MovedPod is a pod that holds part of a set the request needs.
+type MovedPod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Devices   []int  `json:"devices"`
+	Cores     []int  `json:"cores"`
+}
+
+// AutoscalerAnswer is what neuron-autoscaler said (its events) and what its planner says now.
+type AutoscalerAnswer struct {
+	Events []ExplainEvent `json:"events"`
+	// Problems are the planner's reasons not to launch a node (NotTriggerScaleUp messages).
+	Problems []string `json:"problems"`
+	// Launch is the instance type the planner would launch for the pod alone; "" when none.
+	Launch string `json:"launch"`
+}
+
+// ClaimState is one of the pod's ResourceClaims.
+type ClaimState struct {
+	Name        string   `json:"name"`
+	Claim       string   `json:"claim"`
+	Allocated   bool     `json:"allocated"`
+	Node        string   `json:"node"`
+	Devices     []string `json:"devices"`
+	ReservedFor []string `json:"reservedFor"`
+	Message     string   `json:"message"`
+}
+
+// Event reasons explain looks for.
+const (
+	eventFailedScheduling = "FailedScheduling"
+	eventFailedPrepare    = "FailedPrepareDynamicResources"
+)
+
+// maxMoveTrials bounds the holder sets tried on one fragmented node; maxMovePods the pods in one.
+const (
+	maxMoveTrials = 4096
+	maxMovePods   = 4
+)
+
+// explainPod decides, from the objects alone, why the pod is where it is and what to do.
+func explainPod(ctx context.Context, in explainInput) Explanation {
+	pod := in.Pod
+	cat := cmp.Or(in.Catalog, topology.DefaultCatalog())
+	e := Explanation{Namespace: pod.Namespace, Pod: pod.Name, Phase: string(pod.Status.Phase), Node: pod.Spec.NodeName,
+		Events: []ExplainEvent{}, Requests: []ExplainRequest{}, ValidCounts: []TypeCounts{}, Nodes: []NodeVerdict{},
+		Autoscaler: AutoscalerAnswer{Events: []ExplainEvent{}, Problems: []string{}}, Claims: []ClaimState{}, Holds: []NodeHolder{}, WhatToDo: []string{}}
+	for _, ev := range in.Events {
+		x := ExplainEvent{Type: ev.Type, Reason: ev.Reason, Source: cmp.Or(ev.ReportingController, ev.Source.Component), Message: ev.Message, Count: max(ev.Count, 1)}
+		if ev.Series != nil {
+			x.Count = max(x.Count, ev.Series.Count)
+		}
+		e.Events = append(e.Events, x)
+		if x.Reason == plan.ReasonTriggeredScaleUp || x.Reason == plan.ReasonNotTriggerScaleUp {
+			e.Autoscaler.Events = append(e.Autoscaler.Events, x)
+		}
+	}
+	todo := func(format string, args ...any) {
+		s := fmt.Sprintf(format, args...)
+		if !slices.Contains(e.WhatToDo, s) {
+			e.WhatToDo = append(e.WhatToDo, s)
+		}
+	}
+
+	// The request as the engine sees it.
+	templates := plan.NewDeviceTemplates(cat, in.Slices, in.Classes)
+	var dra []plan.DRARequest
+	var claims []*resourcev1.ResourceClaim
+	for _, pc := range in.PodClaims {
+		cs := ClaimState{Name: pc.Name, Devices: []string{}, ReservedFor: []string{}}
+		var spec *resourcev1.ResourceClaimSpec
+		switch {
+		case pc.Claim != nil:
+			c := pc.Claim
+			spec = &c.Spec
+			cs.Claim = c.Name
+			if a := c.Status.Allocation; a != nil {
+				cs.Allocated = true
+				for _, r := range a.Devices.Results {
+					cs.Devices = append(cs.Devices, r.Device)
+					cs.Node = cmp.Or(cs.Node, r.Pool)
+				}
+			}
+			for _, ref := range c.Status.ReservedFor {
+				cs.ReservedFor = append(cs.ReservedFor, strings.TrimSuffix(ref.Resource, "s")+"/"+ref.Name)
+			}
+			if !cs.Allocated {
+				cs.Message = "the scheduler has found no node whose devices satisfy it (its FailedScheduling event says why)"
+			}
+		case pc.Template != nil:
+			spec = pc.Template
+			cs.Message = "the claim does not exist yet: the resourceclaim controller (kube-controller-manager) makes it from the template"
+			todo("Claim %s does not exist yet: check that kube-controller-manager runs its resourceclaim-controller (without it, a pod using a template waits with no event)", pc.Name)
+		default:
+			cs.Message = fmt.Sprintf("%s does not exist", pc.Missing)
+			todo("Create %s in namespace %s, or change the pod's resourceClaims: the pod cannot start without it", pc.Missing, pod.Namespace)
+		}
+		if spec != nil {
+			if reqs := plan.DRARequestsOf(*spec); len(reqs) > 0 {
+				dra = append(dra, reqs...)
+				if pc.Claim != nil {
+					claims = append(claims, pc.Claim)
+				} else {
+					claims = append(claims, plan.ClaimFromTemplate(pod.Namespace, pod.Name, pc.Name, *spec))
+				}
+			}
+		}
+		e.Claims = append(e.Claims, cs)
+	}
+	if len(dra) > 0 {
+		dra = templates.Resolve(ctx, dra)
+	}
+	d := plan.NewPodDemand(pod, dra)
+	d.Claims = claims
+	for _, r := range d.Requests {
+		u, _ := topology.UnitOf(r.Resource)
+		e.Requests = append(e.Requests, ExplainRequest{Container: r.Container, Resource: r.Resource, Unit: u.String(), Count: r.Count})
+	}
+	for _, r := range d.DRA {
+		count := r.Count
+		if r.All {
+			count = 0
+		}
+		e.Requests = append(e.Requests, ExplainRequest{Container: "claim request " + r.Name, Resource: apiv1.DriverName, Unit: topology.UnitDevice.String(), Count: count})
+	}
+	e.Total = requestTotal(d)
+
+	if !d.Neuron() && len(in.PodClaims) == 0 {
+		e.Summary = "the pod asks for no Neuron device or core: kube-neuron plays no part in where it runs"
+		return e
+	}
+
+	// A pod that got a node and started, or terminated.
+	switch pod.Status.Phase {
+	case corev1.PodRunning, corev1.PodSucceeded:
+		e.Holds = heldBy(cat, pod, in.Nodes, e.Claims)
+		verb := "is running"
+		if pod.Status.Phase == corev1.PodSucceeded {
+			verb = "has succeeded"
+		}
+		e.Summary = fmt.Sprintf("the pod %s on node %s%s", verb, pod.Spec.NodeName, describeHolds(e.Holds))
+		return e
+	case corev1.PodFailed:
+		e.Holds = heldBy(cat, pod, in.Nodes, e.Claims)
+		e.Summary = fmt.Sprintf("the pod failed on node %s: %s", cmp.Or(pod.Spec.NodeName, "(none)"), cmp.Or(strings.TrimSpace(pod.Status.Reason+": "+pod.Status.Message), "see the events"))
+		if pod.Status.Reason == "UnexpectedAdmissionError" {
+			todo("The kubelet could not give the pod its Neuron devices (the device plugin's Allocate failed): delete the pod so that it is scheduled again (its controller recreates it); the events say which device")
+		} else {
+			todo("A failed pod is not restarted: read its logs (kubectl logs -n %s %s --previous) and events, then delete it or let its controller replace it", pod.Namespace, pod.Name)
+		}
+		return e
+	}
+	if pod.Spec.NodeName != "" {
+		e.Holds = heldBy(cat, pod, in.Nodes, e.Claims)
+		e.Summary = fmt.Sprintf("the pod is bound to node %s%s but has not started", pod.Spec.NodeName, describeHolds(e.Holds))
+		for _, ev := range e.Events {
+			if ev.Type == corev1.EventTypeWarning {
+				e.Summary += ": " + ev.Reason + ": " + ev.Message
+				if ev.Reason == eventFailedPrepare {
+					todo("The DRA driver on %s could not prepare the claim's devices: its log (and the node's events) say why; delete the pod to have it scheduled again once the node is fixed", pod.Spec.NodeName)
+				} else {
+					todo("The node's kubelet or Neuron agent refused the pod (%s): check the device plugin or DRA driver on %s, then delete the pod so that it is scheduled again", ev.Reason, pod.Spec.NodeName)
+				}
+				break
+			}
+		}
+		return e
+	}
+
+	// Pending without a node: valid counts, each candidate node, the autoscaler.
+	allowed := allowedTypes(cat, d)
+	nodeTypes := map[string]bool{}
+	for _, n := range in.Nodes {
+		if allocation.IsNeuronNode(cat, n) && podMatchesNode(pod, n) {
+			nodeTypes[n.Labels[labels.InstanceType]] = true
+		}
+	}
+	for _, t := range allowed {
+		if len(allowed) > 6 && !nodeTypes[t.Name] {
+			continue
+		}
+		shape, err := topology.NewShape(t, 0)
+		if err != nil {
+			continue
+		}
+		tc := TypeCounts{InstanceType: t.Name, Devices: shape.DeviceSizes(), Cores: shape.CoreSizes(), Accepts: true}
+		for _, r := range d.Requests {
+			u, _ := topology.UnitOf(r.Resource)
+			if shape.Validate(topology.Request{Unit: u, Count: r.Count}) != nil {
+				tc.Accepts = false
+			}
+		}
+		e.ValidCounts = append(e.ValidCounts, tc)
+	}
+
+	byNode := map[string][]*corev1.Pod{}
+	for _, p := range in.Pods {
+		if r, err := allocation.RecordOf(p); err == nil && r != nil {
+			byNode[r.Node] = append(byNode[r.Node], p)
+		}
+	}
+	for _, n := range in.Nodes {
+		if !allocation.IsNeuronNode(cat, n) {
+			continue
+		}
+		if !podMatchesNode(pod, n) {
+			e.OtherNodes++
+			continue
+		}
+		shape, err := allocation.ShapeOfNode(cat, n)
+		if err != nil {
+			continue
+		}
+		e.Nodes = append(e.Nodes, judgeNode(n, shape, d, byNode[n.Name], in.Claims))
+	}
+	slices.SortFunc(e.Nodes, func(a, b NodeVerdict) int { return strings.Compare(a.Name, b.Name) })
+
+	// The autoscaler's planner, as kubectl-neuron check runs it, on the live pod.
+	for _, p := range plan.Check(d, plan.Environment{Catalog: cat, DevicePlugin: true, DRADriver: true, Devices: templates}) {
+		e.Autoscaler.Problems = append(e.Autoscaler.Problems, p.Message)
+	}
+	if len(e.Autoscaler.Problems) == 0 {
+		up, decisions := plan.Plan([]plan.PodDemand{d}, nil, plan.Options{Catalog: cat, Devices: templates})
+		if len(decisions) == 1 && decisions[0].Reason == plan.ReasonTriggeredScaleUp && decisions[0].Node >= 0 && decisions[0].Node < len(up.Nodes) {
+			e.Autoscaler.Launch = up.Nodes[decisions[0].Node].InstanceType.Name
+		} else if len(decisions) == 1 {
+			e.Autoscaler.Problems = append(e.Autoscaler.Problems, decisions[0].Message)
+		}
+	}
+
+	e.Summary, e.WhatToDo = pendingAdvice(e, d, e.WhatToDo)
+	return e
+}
+
+// pendingAdvice sums up a pending pod's verdicts and says what to do, after todo (the claims').
+func pendingAdvice(e Explanation, d plan.PodDemand, todo []string) (string, []string) {
+	add := func(format string, args ...any) {
+		s := fmt.Sprintf(format, args...)
+		if !slices.Contains(todo, s) {
+			todo = append(todo, s)
+		}
+	}
+	var why []string
+	count := map[string]int{}
+	for _, n := range e.Nodes {
+		count[n.Verdict]++
+	}
+	unsupported := slices.ContainsFunc(e.ValidCounts, func(tc TypeCounts) bool { return !tc.Accepts })
+	switch {
+	case len(e.Nodes) == 0 && e.OtherNodes == 0:
+		why = append(why, "the cluster has no Neuron node")
+	case len(e.Nodes) == 0:
+		why = append(why, fmt.Sprintf("none of the %d Neuron nodes matches the pod's nodeSelector and affinity", e.OtherNodes))
+		add("Change the pod's nodeSelector or affinity to allow an existing Neuron node (kubectl-neuron nodes lists them), or let the autoscaler launch one (below)")
+	case count[VerdictFits] > 0:
+		why = append(why, fmt.Sprintf("%d candidate node(s) have room for it now", count[VerdictFits]))
+		add("The Neuron request fits now: the scheduler's events say what else holds the pod back (CPU, memory, other constraints), or it has not retried yet")
+	}
+	for _, n := range e.Nodes {
+		switch n.Verdict {
+		case VerdictUnsupportedCount:
+			if !slices.Contains(why, "the request's count is one its instance types do not accept") {
+				why = append(why, "the request's count is one its instance types do not accept")
+			}
+		case VerdictFragmented:
+			why = append(why, fmt.Sprintf("%s is fragmented", n.Name))
+			if n.Move != nil {
+				var pods []string
+				for _, p := range n.Move.Pods {
+					pods = append(pods, p.Namespace+"/"+p.Name)
+				}
+				add("Fragmentation on %s: moving %s (delete %s; a controller-owned pod comes back elsewhere) frees %s %s there; or wait for pods there to end. kubectl-neuron nodes %s shows who holds what",
+					n.Name, strings.Join(pods, ", "), pluralWord(len(pods), "it"), n.Move.Unit+"s", topology.FormatList(n.Move.Frees), n.Name)
+			}
+		case VerdictInsufficient:
+			if !slices.Contains(why, "not enough free devices or cores on the candidate nodes") {
+				why = append(why, "not enough free devices or cores on the candidate nodes")
+			}
+		case VerdictTainted:
+			why = append(why, fmt.Sprintf("%s has a taint the pod does not tolerate", n.Name))
+			add("%s: %s", n.Name, n.Message)
+		case VerdictUnschedulable:
+			add("Node %s is cordoned: kubectl uncordon %s when it may take pods again", n.Name, n.Name)
+		case VerdictWrongMode:
+			add("Node %s is a %s node, the pod needs the other mode: a device-plugin node takes aws.amazon.com/neuron* requests, a DRA node ResourceClaims of DeviceClass %s", n.Name, n.Mode, apiv1.DriverName)
+		case VerdictUnhealthy:
+			add("Node %s: %s", n.Name, n.Message)
+		}
+	}
+	if unsupported {
+		var parts []string
+		for _, tc := range e.ValidCounts {
+			parts = append(parts, tc.InstanceType+": "+validCounts(tc, e.Requests))
+		}
+		add("Request a count the instance type accepts (%s), or allow a type that accepts this one (the autoscaler's answer below names them)", strings.Join(parts, "; "))
+	}
+	if count[VerdictInsufficient] > 0 && count[VerdictFits] == 0 && !unsupported {
+		add("Wait for pods on the candidate nodes to end, request fewer, or add a node")
+	}
+	for _, c := range e.Claims {
+		if c.Claim != "" && !c.Allocated {
+			add("Claim %s (ResourceClaim %s) is not allocated: the scheduler's FailedScheduling event says which constraint or selector no node meets", c.Name, c.Claim)
+		}
+	}
+	var last *ExplainEvent
+	if n := len(e.Autoscaler.Events); n > 0 {
+		last = &e.Autoscaler.Events[n-1]
+	}
+	switch {
+	case last != nil && last.Reason == plan.ReasonNotTriggerScaleUp:
+		why = append(why, "neuron-autoscaler launches nothing for it (NotTriggerScaleUp)")
+		add("Autoscaler: %s", last.Message)
+	case last != nil && last.Reason == plan.ReasonTriggeredScaleUp:
+		why = append(why, "neuron-autoscaler is launching a node for it (TriggeredScaleUp)")
+		add("Wait for the new node to join (kubectl get nodes -w); the pod is scheduled there: %s", last.Message)
+	case e.Autoscaler.Launch != "":
+		msg := fmt.Sprintf("the autoscaler's planner would launch one %s node for the pod", e.Autoscaler.Launch)
+		if len(e.Autoscaler.Events) == 0 {
+			msg += " (no event from neuron-autoscaler on the pod: check that it runs and that the pod is marked unschedulable)"
+		}
+		if count[VerdictFits] == 0 {
+			why = append(why, msg)
+		}
+	case len(e.Autoscaler.Problems) > 0:
+		why = append(why, "the autoscaler will launch nothing for it")
+		for _, p := range e.Autoscaler.Problems {
+			add("Autoscaler: %s", p)
+		}
+	}
+	if len(why) == 0 {
+		why = append(why, "no reason found in the Neuron request; see the events")
+	}
+	return "the pod is Pending: " + strings.Join(why, "; "), todo
+}
+
+// judgeNode says whether the pod fits on one candidate node now, and why not.
+func judgeNode(n *corev1.Node, shape *topology.Shape, d plan.PodDemand, records []*corev1.Pod, claims []*resourcev1.ResourceClaim) NodeVerdict {
+	mode := n.Labels[labels.AllocationMode]
+	if mode != labels.AllocationModeDRA {
+		mode = labels.AllocationModeDevicePlugin
+	}
+	v := NodeVerdict{Name: n.Name, InstanceType: shape.Type.Name, Mode: mode}
+	var usage *topology.Usage
+	var holders []allocation.Holder
+	if mode == labels.AllocationModeDRA {
+		usage, holders = claimHolders(shape, n.Name, claims)
+	} else {
+		usage, holders, _ = allocation.NodeUsage(shape, n.Name, records)
+		v.Unhealthy = unhealthyDevices(n)
+	}
+	v.FreeDevices, v.FreeCores = nonNil(usage.FreeDevices()), nonNil(usage.FreeCores())
+	v.FreeSets = freeSets(usage)
+	set := func(verdict, format string, args ...any) NodeVerdict {
+		v.Verdict, v.Message = verdict, fmt.Sprintf(format, args...)
+		return v
+	}
+	if n.Spec.Unschedulable {
+		return set(VerdictUnschedulable, "cordoned (spec.unschedulable)")
+	}
+	if t, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, d.Pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}, false); untolerated {
+		return set(VerdictTainted, "taint %s=%s:%s is not tolerated: add a toleration for %s to the pod, or use another node", t.Key, t.Value, t.Effect, t.Key)
+	}
+	if len(d.DRA) > 0 {
+		if mode != labels.AllocationModeDRA {
+			return set(VerdictWrongMode, "a device-plugin node: it publishes no ResourceSlice for the pod's claims")
+		}
+		need := 0
+		for _, r := range d.DRA {
+			if r.All {
+				need += shape.Devices()
+			} else {
+				need += max(r.Count, 1)
+			}
+		}
+		if free := len(v.FreeDevices); free < need {
+			return set(VerdictInsufficient, "%s free, the claims ask for %d", plural(free, "device"), need)
+		}
+		return set(VerdictFits, "%s free, enough for the claims' %d; the scheduler's allocator decides with their selectors and constraints", plural(len(v.FreeDevices), "device"), need)
+	}
+	if mode == labels.AllocationModeDRA {
+		return set(VerdictWrongMode, "a DRA node: it serves ResourceClaims, not %s", d.Requests[0].Resource)
+	}
+	for _, r := range d.Requests {
+		u, _ := topology.UnitOf(r.Resource)
+		if err := shape.Validate(topology.Request{Unit: u, Count: r.Count}); err != nil {
+			sizes := shape.DeviceSizes()
+			if u == topology.UnitCore {
+				sizes = shape.CoreSizes()
+			}
+			return set(VerdictUnsupportedCount, "%v (%s accepts %s)", err, shape.Type.Name, formatCounts(sizes, u.String()+"s"))
+		}
+	}
+	if _, _, err := allocation.Plan(usage, d.Requests, topology.BestFit); err == nil {
+		if v.Unhealthy > 0 {
+			return set(VerdictUnhealthy, "the request fits the free devices by the allocation records, but %s unhealthy (allocatable below capacity): the device plugin offers only healthy ones", plural(v.Unhealthy, "device is", "devices are"))
+		}
+		return set(VerdictFits, "a valid free set exists now")
+	}
+	unit, needed, free := "core", allocation.CoresNeeded(shape, d.Requests), usage.FreeCoreCount()
+	if allDevices(d.Requests) {
+		unit, needed, free = "device", 0, usage.FreeDeviceCount()
+		for _, r := range d.Requests {
+			needed += r.Count
+		}
+	}
+	if free < needed {
+		return set(VerdictInsufficient, "%s free, %d needed", plural(free, unit), needed)
+	}
+	v.Move = findMove(usage, holders, d.Requests)
+	msg := fmt.Sprintf("%s free but no %d connected", plural(free, unit), needed)
+	if m := v.Move; m != nil {
+		var pods []string
+		for _, p := range m.Pods {
+			held := "devices " + topology.FormatList(p.Devices)
+			if m.Unit == "core" {
+				held = "cores " + topology.FormatList(p.Cores)
+			}
+			pods = append(pods, fmt.Sprintf("%s/%s (%s)", p.Namespace, p.Name, held))
+		}
+		msg += fmt.Sprintf("; freeing %s %s would make %d connected %ss %s free", pluralWord(len(pods), "pod"), strings.Join(pods, ", "), len(m.Frees), m.Unit, topology.FormatList(m.Frees))
+	} else {
+		msg += fmt.Sprintf("; no set of up to %d pods frees a valid set", maxMovePods)
+	}
+	return set(VerdictFragmented, "%s", msg)
+}
+
+// findMove returns the smallest set of pods (then the fewest cores held, then by name) whose
+// release lets the requests fit, trying at most maxMoveTrials sets of at most maxMovePods pods.
+func findMove(u *topology.Usage, holders []allocation.Holder, reqs []allocation.Request) *Move {
+	type podHeld struct {
+		ns, name string
+		hw       []topology.Allocation
+		cores    int
+	}
+	var pods []*podHeld
+	index := map[string]*podHeld{}
+	for _, h := range holders {
+		k := h.Namespace + "/" + h.Name
+		p := index[k]
+		if p == nil {
+			p = &podHeld{ns: h.Namespace, name: h.Name}
+			index[k] = p
+			pods = append(pods, p)
+		}
+		p.hw = append(p.hw, h.Hardware)
+		p.cores += len(h.Hardware.Cores)
+	}
+	slices.SortFunc(pods, func(a, b *podHeld) int {
+		return cmp.Or(cmp.Compare(a.cores, b.cores), strings.Compare(a.ns+"/"+a.name, b.ns+"/"+b.name))
+	})
+	trials := 0
+	for k := 1; k <= min(maxMovePods, len(pods)); k++ {
+		var best []int
+		bestCores := 0
+		var bestFit []allocation.Container
+		idx := make([]int, k)
+		var walk func(pos, start int) bool
+		walk = func(pos, start int) bool {
+			if pos == k {
+				trials++
+				work := u.Clone()
+				cores := 0
+				for _, i := range idx {
+					for _, a := range pods[i].hw {
+						_ = work.Release(a)
+					}
+					cores += pods[i].cores
+				}
+				if best != nil && cores >= bestCores {
+					return trials < maxMoveTrials
+				}
+				if fit, _, err := allocation.Plan(work, reqs, topology.BestFit); err == nil {
+					best, bestCores, bestFit = slices.Clone(idx), cores, fit
+				}
+				return trials < maxMoveTrials
+			}
+			for i := start; i < len(pods); i++ {
+				idx[pos] = i
+				if !walk(pos+1, i+1) {
+					return false
+				}
+			}
+			return true
+		}
+		more := walk(0, 0)
+		if best != nil {
+			m := &Move{Unit: "device"}
+			var frees []int
+			for _, c := range bestFit {
+				if c.Resource == topology.ResourceNeuronCore {
+					m.Unit = "core"
+				}
+			}
+			for _, c := range bestFit {
+				if m.Unit == "core" {
+					frees = append(frees, c.Cores...)
+				} else {
+					frees = append(frees, c.Devices...)
+				}
+			}
+			m.Frees = slices.Compact(slices.Sorted(slices.Values(frees)))
+			for _, i := range best {
+				p := pods[i]
+				mp := MovedPod{Namespace: p.ns, Name: p.name}
+				for _, a := range p.hw {
+					mp.Devices = append(mp.Devices, a.Devices...)
+					mp.Cores = append(mp.Cores, a.Cores...)
+				}
+				mp.Devices = nonNil(slices.Compact(slices.Sorted(slices.Values(mp.Devices))))
+				mp.Cores = nonNil(slices.Compact(slices.Sorted(slices.Values(mp.Cores))))
+				m.Pods = append(m.Pods, mp)
+			}
+			slices.SortFunc(m.Pods, func(a, b MovedPod) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+			return m
+		}
+		if !more {
+			return nil
+		}
+	}
+	return nil
+}
+
+// freeSets returns disjoint free sets of devices that a device request can take, largest
+// first: aligned blocks on a torus, segments on a ring or chain, every free device on a
+// switched node.
+func freeSets(u *topology.Usage) [][]int {
+	s := u.Shape()
+	free := u.FreeDevices()
+	out := [][]int{}
+	if len(free) == 0 {
+		return out
+	}
+	if s.Kind() == topology.KindSwitched || s.Devices() == 1 {
+		return append(out, free)
+	}
+	taken := make([]bool, s.Devices())
+	sizes := s.DeviceSizes()
+	for i := len(sizes) - 1; i >= 0; i-- {
+		for _, set := range s.DeviceSets(sizes[i]) {
+			if slices.ContainsFunc(set, func(d int) bool { return taken[d] || !u.DeviceFree(d) }) {
+				continue
+			}
+			for _, d := range set {
+				taken[d] = true
+			}
+			out = append(out, set)
+		}
+	}
+	return out
+}
+
+// claimHolders is what the allocated claims hold on a DRA node, each claim as a holder named
+// by the pod it is reserved for (the claim when none).
+func claimHolders(shape *topology.Shape, node string, claims []*resourcev1.ResourceClaim) (*topology.Usage, []allocation.Holder) {
+	u := topology.NewUsage(shape)
+	var holders []allocation.Holder
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		var devs []int
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver != DRADriver || r.Pool != node {
+				continue
+			}
+			if r.Device == apiv1.NodeDeviceName {
+				for d := range shape.Devices() {
+					devs = append(devs, d)
+				}
+			} else if d, ok := apiv1.ParseDeviceName(r.Device); ok {
+				devs = append(devs, d)
+			}
+		}
+		if len(devs) == 0 {
+			continue
+		}
+		hw, err := shape.DeviceAllocation(slices.Compact(slices.Sorted(slices.Values(devs))))
+		if err != nil || u.Allocate(hw) != nil {
+			continue
+		}
+		name := "claim " + c.Name
+		for _, ref := range c.Status.ReservedFor {
+			if ref.Resource == "pods" {
+				name = ref.Name
+				break
+			}
+		}
+		holders = append(holders, allocation.Holder{Namespace: c.Namespace, Name: name, Hardware: hw})
+	}
+	return u, holders
+}
+
+// heldBy is what the pod holds: its allocation record's containers, or its claims' devices.
+func heldBy(cat *topology.Catalog, pod *corev1.Pod, nodes []*corev1.Node, claims []ClaimState) []NodeHolder {
+	out := []NodeHolder{}
+	if r, err := allocation.RecordOf(pod); err == nil && r != nil {
+		for _, c := range r.Containers {
+			h := NodeHolder{Pod: pod.Name, Namespace: pod.Namespace, Container: c.Name, Resource: c.Resource, Devices: nonNil(c.Devices), Cores: nonNil(c.Cores)}
+			for _, n := range nodes {
+				if n.Name != r.Node {
+					continue
+				}
+				if shape, err := allocation.ShapeOfNode(cat, n); err == nil {
+					if hw, err := c.Hardware(shape); err == nil {
+						h.Devices, h.Cores = nonNil(hw.Devices), nonNil(hw.Cores)
+					}
+				}
+			}
+			out = append(out, h)
+		}
+	}
+	for _, c := range claims {
+		if !c.Allocated {
+			continue
+		}
+		var devs []int
+		for _, name := range c.Devices {
+			if d, ok := apiv1.ParseDeviceName(name); ok {
+				devs = append(devs, d)
+			}
+		}
+		out = append(out, NodeHolder{Pod: pod.Name, Namespace: pod.Namespace, Resource: DRADriver, Claim: c.Claim, Devices: nonNil(slices.Sorted(slices.Values(devs))), Cores: []int{}})
+	}
+	return out
+}
+
+func describeHolds(hs []NodeHolder) string {
+	var parts []string
+	for _, h := range hs {
+		switch {
+		case h.Claim != "":
+			parts = append(parts, fmt.Sprintf("claim %s: devices %s", h.Claim, orDash(h.Devices)))
+		case h.Resource == topology.ResourceNeuronCore:
+			parts = append(parts, fmt.Sprintf("container %s: cores %s (devices %s)", h.Container, orDash(h.Cores), orDash(h.Devices)))
+		default:
+			parts = append(parts, fmt.Sprintf("container %s: devices %s (cores %s)", h.Container, orDash(h.Devices), orDash(h.Cores)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " with " + strings.Join(parts, "; ")
+}
+
+// unhealthyDevices is how many devices a device-plugin node advertises but does not offer:
+// capacity minus allocatable of its device resource.
+func unhealthyDevices(n *corev1.Node) int {
+	for _, res := range []string{topology.ResourceNeuron, topology.ResourceNeuronDevice} {
+		c, ok := n.Status.Capacity[corev1.ResourceName(res)]
+		if !ok {
+			continue
+		}
+		a := n.Status.Allocatable[corev1.ResourceName(res)]
+		return max(int(c.Value()-a.Value()), 0)
+	}
+	return 0
+}
+
+// podMatchesNode: the pod's nodeSelector and required node affinity allow the node.
+func podMatchesNode(pod *corev1.Pod, n *corev1.Node) bool {
+	ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(n)
+	return err == nil && ok
+}
+
+// allowedTypes are the catalog's types the pod's constraints allow (a new node's labels).
+func allowedTypes(cat *topology.Catalog, d plan.PodDemand) []topology.InstanceType {
+	var out []topology.InstanceType
+	for _, t := range cat.Types() {
+		if d.Allows(t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func allDevices(reqs []allocation.Request) bool {
+	for _, r := range reqs {
+		if r.Resource == topology.ResourceNeuronCore {
+			return false
+		}
+	}
+	return true
+}
+
+// requestTotal is the pod's request summed as the engine places it on one node.
+func requestTotal(d plan.PodDemand) string {
+	devices, cores := 0, 0
+	for _, r := range d.Requests {
+		if r.Resource == topology.ResourceNeuronCore {
+			cores += r.Count
+		} else {
+			devices += r.Count
+		}
+	}
+	var parts []string
+	if devices > 0 {
+		parts = append(parts, plural(devices, "device"))
+	}
+	if cores > 0 {
+		parts = append(parts, plural(cores, "core"))
+	}
+	all := false
+	for _, r := range d.DRA {
+		if r.All {
+			all = true
+		} else if !r.FirstAvailable {
+			devices += max(r.Count, 1)
+		}
+	}
+	if len(d.DRA) > 0 {
+		parts = []string{plural(devices, "device") + " through ResourceClaims"}
+		if all {
+			parts[0] = "all devices of a node through ResourceClaims"
+		}
+	}
+	return strings.Join(parts, " and ")
+}
+
+// plural writes "1 device", "3 devices"; with a second form, that one for n != 1.
+func plural(n int, one string, many ...string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	if len(many) > 0 {
+		return strconv.Itoa(n) + " " + many[0]
+	}
+	return strconv.Itoa(n) + " " + one + "s"
+}
+
+// formatCounts writes "1, 4, 8 or 16 devices", "1 to 4 cores".
+func formatCounts(sizes []int, unit string) string {
+	var parts []string
+	for i := 0; i < len(sizes); {
+		j := i
+		for j+1 < len(sizes) && sizes[j+1] == sizes[j]+1 {
+			j++
+		}
+		if j-i >= 2 {
+			parts = append(parts, fmt.Sprintf("%d to %d", sizes[i], sizes[j]))
+		} else {
+			for k := i; k <= j; k++ {
+				parts = append(parts, strconv.Itoa(sizes[k]))
+			}
+		}
+		i = j + 1
+	}
+	if len(parts) <= 1 {
+		return strings.Join(parts, "") + " " + unit
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1] + " " + unit
+}
+
+
+// validCounts writes the counts of the units the requests use: "1, 4, 8 or 16 devices".
+func validCounts(tc TypeCounts, reqs []ExplainRequest) string {
+	devices, cores := len(reqs) == 0, false
+	for _, r := range reqs {
+		if r.Unit == topology.UnitCore.String() {
+			cores = true
+		} else {
+			devices = true
+		}
+	}
+	var parts []string
+	if devices {
+		parts = append(parts, formatCounts(tc.Devices, "devices"))
+	}
+	if cores {
+		parts = append(parts, formatCounts(tc.Cores, "cores"))
+	}
+	return strings.Join(parts, "; ")
+}
