@@ -893,7 +893,6 @@ func formatCounts(sizes []int, unit string) string {
 	return strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1] + " " + unit
 }
 
-
 // validCounts writes the counts of the units the requests use: "1, 4, 8 or 16 devices".
 func validCounts(tc TypeCounts, reqs []ExplainRequest) string {
 	devices, cores := len(reqs) == 0, false
