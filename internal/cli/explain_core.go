@@ -191,7 +191,17 @@ func explainPod(ctx context.Context, in explainInput) Explanation {
 		if ev.Series != nil {
 			x.Count = max(x.Count, ev.Series.Count)
 		}
+		// The same event written twice (a series and its first occurrence) is shown once, last.
+		same := func(o ExplainEvent) bool {
+			return o.Type == x.Type && o.Reason == x.Reason && o.Source == x.Source && o.Message == x.Message
+		}
+		if i := slices.IndexFunc(e.Events, same); i >= 0 {
+			x.Count += e.Events[i].Count
+			e.Events = slices.Delete(e.Events, i, i+1)
+		}
 		e.Events = append(e.Events, x)
+	}
+	for _, x := range e.Events {
 		if x.Reason == plan.ReasonTriggeredScaleUp || x.Reason == plan.ReasonNotTriggerScaleUp {
 			e.Autoscaler.Events = append(e.Autoscaler.Events, x)
 		}
@@ -316,8 +326,9 @@ func explainPod(ctx context.Context, in explainInput) Explanation {
 			nodeTypes[n.Labels[labels.InstanceType]] = true
 		}
 	}
-	for _, t := range allowed {
-		if len(allowed) > 6 && !nodeTypes[t.Name] {
+	// The types of the candidate nodes, and the types a new node may have when they are few.
+	for _, t := range cat.Types() {
+		if !nodeTypes[t.Name] && (len(allowed) > 6 || !slices.ContainsFunc(allowed, func(a topology.InstanceType) bool { return a.Name == t.Name })) {
 			continue
 		}
 		shape, err := topology.NewShape(t, 0)
@@ -433,7 +444,7 @@ func pendingAdvice(e Explanation, d plan.PodDemand, todo []string) (string, []st
 		for _, tc := range e.ValidCounts {
 			parts = append(parts, tc.InstanceType+": "+validCounts(tc, e.Requests))
 		}
-		add("Request a count the instance type accepts (%s), or allow a type that accepts this one (the autoscaler's answer below names them)", strings.Join(parts, "; "))
+		add("Request a count the instance type accepts (%s), or allow a type that accepts this one (the Autoscaler line names them)", strings.Join(parts, "; "))
 	}
 	if count[VerdictInsufficient] > 0 && count[VerdictFits] == 0 && !unsupported {
 		add("Wait for pods on the candidate nodes to end, request fewer, or add a node")

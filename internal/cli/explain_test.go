@@ -88,7 +88,8 @@ func TestExplainPod(t *testing.T) {
 	}{{
 		name: "7 devices on trn1.32xlarge: the valid counts",
 		in: explainInput{Pod: pendingPod("seven", "trn1.32xlarge", topology.ResourceNeuron, 7), Nodes: []*corev1.Node{trn1, trn2},
-			Events: []corev1.Event{event("Warning", eventFailedScheduling, "my-scheduler", "0/2 nodes are available: 1 "+seven)}},
+			Events: []corev1.Event{event("Warning", eventFailedScheduling, "my-scheduler", "0/2 nodes are available: 1 "+seven),
+				event("Warning", eventFailedScheduling, "my-scheduler", "0/2 nodes are available: 1 "+seven)}},
 		want: []string{seven, "trn1.32xlarge: 1, 4, 8 or 16 devices", "UnsupportedCount", "What to do:",
 			"Request a count the instance type accepts (trn1.32xlarge: 1, 4, 8 or 16 devices",
 			"accepts aws.amazon.com/neuron requests of 1, 4, 8 or 16 devices, not 7"},
@@ -98,6 +99,9 @@ func TestExplainPod(t *testing.T) {
 			}
 			if len(e.ValidCounts) != 1 || !slices.Equal(e.ValidCounts[0].Devices, []int{1, 4, 8, 16}) || e.ValidCounts[0].Accepts {
 				t.Errorf("valid counts %+v", e.ValidCounts)
+			}
+			if len(e.Events) != 1 || e.Events[0].Count != 2 {
+				t.Errorf("events %+v: want the two copies shown once, count 2", e.Events)
 			}
 			if e.Total != "7 devices" {
 				t.Errorf("total %q", e.Total)
