@@ -165,4 +165,3 @@ func TestExplain(t *testing.T) {
 		}
 	})
 }
-
