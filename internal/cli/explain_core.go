@@ -407,11 +407,13 @@ func pendingAdvice(e Explanation, d plan.PodDemand, todo []string) (string, []st
 	for _, n := range e.Nodes {
 		switch n.Verdict {
 		case VerdictUnsupportedCount:
-			if !slices.Contains(why, "the request's count is one its instance types do not accept") {
-				why = append(why, "the request's count is one its instance types do not accept")
+			w := fmt.Sprintf("%s is not a count %s accepts", e.Total, n.InstanceType)
+			if !slices.Contains(why, w) {
+				why = append(why, w)
 			}
 		case VerdictFragmented:
-			why = append(why, fmt.Sprintf("%s is fragmented", n.Name))
+			frag, _, _ := strings.Cut(n.Message, ";")
+			why = append(why, fmt.Sprintf("%s is fragmented (%s)", n.Name, frag))
 			if n.Move != nil {
 				var pods []string
 				for _, p := range n.Move.Pods {

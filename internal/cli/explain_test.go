@@ -90,7 +90,8 @@ func TestExplainPod(t *testing.T) {
 		in: explainInput{Pod: pendingPod("seven", "trn1.32xlarge", topology.ResourceNeuron, 7), Nodes: []*corev1.Node{trn1, trn2},
 			Events: []corev1.Event{event("Warning", eventFailedScheduling, "my-scheduler", "0/2 nodes are available: 1 "+seven),
 				event("Warning", eventFailedScheduling, "my-scheduler", "0/2 nodes are available: 1 "+seven)}},
-		want: []string{seven, "trn1.32xlarge: 1, 4, 8 or 16 devices", "UnsupportedCount", "What to do:",
+		want: []string{"Pod ml/seven: the pod is Pending: 7 devices is not a count trn1.32xlarge accepts; the autoscaler will launch nothing for it",
+			seven, "trn1.32xlarge: 1, 4, 8 or 16 devices", "UnsupportedCount", "What to do:",
 			"Request a count the instance type accepts (trn1.32xlarge: 1, 4, 8 or 16 devices",
 			"accepts aws.amazon.com/neuron requests of 1, 4, 8 or 16 devices, not 7"},
 		check: func(t *testing.T, e Explanation) {
@@ -113,7 +114,8 @@ func TestExplainPod(t *testing.T) {
 		// pods), moving big frees 8-15 (one pod): big is the answer.
 		in: explainInput{Pod: pendingPod("eight", "trn1.32xlarge", topology.ResourceNeuron, 8), Nodes: []*corev1.Node{trn1},
 			Pods: []*corev1.Pod{holding("big", "trn1-a", 12, 13, 14, 15), holding("s1", "trn1-a", 4), holding("s2", "trn1-a", 6)}},
-		want: []string{"trn1-a (trn1.32xlarge, device-plugin): Fragmented: 10 devices free but no 8 connected; freeing pod ml/big (devices 12-15) would make 8 connected devices 8-15 free",
+		want: []string{"Pod ml/eight: the pod is Pending: trn1-a is fragmented (10 devices free but no 8 connected)",
+			"trn1-a (trn1.32xlarge, device-plugin): Fragmented: 10 devices free but no 8 connected; freeing pod ml/big (devices 12-15) would make 8 connected devices 8-15 free",
 			"free connected sets 0-3 | 8-11 | 5 | 7", "Fragmentation on trn1-a: moving ml/big"},
 		check: func(t *testing.T, e Explanation) {
 			m := e.Nodes[0].Move
