@@ -49,6 +49,12 @@ func holding(name, node string, devices ...int) *corev1.Pod {
 		{Name: "main", Resource: topology.ResourceNeuron, Devices: hw.Devices, Cores: hw.Cores, Served: true}}})
 }
 
+// coreHolder is a running pod whose record holds one core on node.
+func coreHolder(name, node string, core int) *corev1.Pod {
+	return recordPod("ml", name, corev1.PodRunning, "1", allocation.Record{Node: node, Containers: []allocation.Container{
+		{Name: "main", Resource: topology.ResourceNeuronCore, Devices: []int{core / 2}, Cores: []int{core}, Served: true}}})
+}
+
 func event(typ, reason, source, msg string) corev1.Event {
 	return corev1.Event{Type: typ, Reason: reason, Source: corev1.EventSource{Component: source}, Message: msg, Count: 1}
 }
@@ -161,6 +167,28 @@ func TestExplainPod(t *testing.T) {
 				t.Errorf("claims %+v", e.Claims)
 			}
 		},
+	}, {
+		name: "fragmented cores: one core held in each block",
+		in: explainInput{Pod: pendingPod("cores", "trn1.32xlarge", topology.ResourceNeuronCore, 8), Nodes: []*corev1.Node{trn1},
+			Pods: []*corev1.Pod{coreHolder("c1", "trn1-a", 2), coreHolder("c2", "trn1-a", 10), coreHolder("c3", "trn1-a", 18), coreHolder("c4", "trn1-a", 26)}},
+		want: []string{"Fragmented: 28 cores free but no 8 connected; freeing pod ml/c1 (cores 2) would make 8 connected cores 0-7 free"},
+	}, {
+		name: "unhealthy devices on a node where the request fits by the records",
+		in: explainInput{Pod: pendingPod("four", "trn1.32xlarge", topology.ResourceNeuron, 4), Nodes: []*corev1.Node{func() *corev1.Node {
+			n := trn1.DeepCopy()
+			n.Status.Allocatable = corev1.ResourceList{topology.ResourceNeuron: *resource.NewQuantity(13, resource.DecimalSI)}
+			return n
+		}()}},
+		want: []string{"Unhealthy: the request fits the free devices by the allocation records, but 3 devices are unhealthy"},
+	}, {
+		name: "a failed pod: the kubelet's admission error",
+		in: explainInput{Pod: func() *corev1.Pod {
+			p := pendingPod("failed", "trn1.32xlarge", topology.ResourceNeuron, 4)
+			p.Spec.NodeName, p.Status.Phase = "trn1-a", corev1.PodFailed
+			p.Status.Reason, p.Status.Message = "UnexpectedAdmissionError", "Allocate failed due to device 3 is unhealthy"
+			return p
+		}(), Nodes: []*corev1.Node{trn1}},
+		want: []string{"the pod failed on node trn1-a: UnexpectedAdmissionError: Allocate failed due to device 3 is unhealthy", "delete the pod so that it is scheduled again"},
 	}, {
 		name: "a running pod says what it got",
 		in:   explainInput{Pod: running, Nodes: []*corev1.Node{trn1}},
