@@ -69,7 +69,8 @@ Exit codes:
   2  bad flags, arguments or input (an unreadable manifest, an unknown instance type)
   3  internal error
   4  no kubeconfig, or the cluster cannot be reached, read or changed (nodes, cleanup)
-  5  no Neuron node, or a node named is missing or not a Neuron node (nodes)`,
+  5  no Neuron node, or a node named is missing or not a Neuron node (nodes); the pod does
+     not exist (explain)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -79,6 +80,7 @@ Exit codes:
 		"instance catalog file applied over the built-in catalog (repeatable; see docs/catalog.md)")
 	root.AddCommand(newCatalogCommand(o), newPlanCommand(o), newTopologyCommand(o), newSimulateCommand(o), newNodesCommand(o), newCheckCommand(o))
 	root.AddCommand(newCleanupCommand(o))
+	root.AddCommand(newExplainCommand(o))
 	return root
 }
 
