@@ -76,8 +76,11 @@ type Options struct {
 	HealthInterval time.Duration
 	Source         Source
 	MetricsAddress string // "" disables the metrics and health endpoint
-	Client         kubernetes.Interface
-	Catalog        *topology.Catalog
+	// MetricsSampleInterval is how often the Neuron counters are read for the node metrics
+	// (nodemetrics.go); 10 s when 0.
+	MetricsSampleInterval time.Duration
+	Client                kubernetes.Interface
+	Catalog               *topology.Catalog
 	// Hardware overrides the sysfs reader (tests); nil reads SysfsRoot.
 	Hardware neuron.Hardware
 }

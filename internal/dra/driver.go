@@ -62,6 +62,9 @@ type Options struct {
 	HealthInterval time.Duration
 	// MetricsAddress serves /metrics, /healthz and /readyz; "" disables it.
 	MetricsAddress string
+	// MetricsSampleInterval is how often the Neuron counters are read for the node metrics
+	// (nodemetrics.go); 10 s when 0.
+	MetricsSampleInterval time.Duration
 	// HealthcheckPort serves the gRPC health service LivenessService; 0 disables it.
 	HealthcheckPort int
 }
