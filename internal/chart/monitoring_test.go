@@ -10,11 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/kube-neuron/kube-neuron/internal/nodemetrics"
 )
 
 // dashboardObject is the Grafana dashboard's ConfigMap, rendered once when a node agent is.
@@ -203,18 +206,28 @@ type dashboard struct {
 	} `json:"panels"`
 }
 
-// contractMetrics are the metric names the device plugin and the DRA driver export
-// (docs/metrics.md; internal/nodemetrics).
-var contractMetrics = []string{
-	"neuron_device_power_utilization_ratio",
-	"neuron_device_ecc_errors_total",
-	"neuron_device_healthy",
-	"neuron_core_memory_used_bytes",
-	"neuron_core_time_in_use_seconds_total",
-	"neuron_core_utilization_ratio",
-	"neuron_core_executions_total",
-	"neuron_node_devices",
-	"neuron_node_free_blocks",
+// exportedMetrics returns the names of the metric families the node agents' collector
+// describes (internal/nodemetrics: the device plugin and the DRA driver export the same).
+func exportedMetrics(t *testing.T) []string {
+	t.Helper()
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		nodemetrics.NewCollector(func() nodemetrics.Snapshot { return nodemetrics.Snapshot{} }, nil).Describe(ch)
+		close(ch)
+	}()
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	var names []string
+	for d := range ch {
+		m := fqName.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("no fqName in %s", d)
+		}
+		names = append(names, m[1])
+	}
+	if len(names) == 0 {
+		t.Fatal("the node agents' collector describes no metric")
+	}
+	return names
 }
 
 // TestDashboard: the ConfigMap carries the sidecar's label and the dashboard file, valid JSON,
@@ -243,6 +256,7 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("dashboard uid %q, title %q", d.UID, d.Title)
 	}
 
+	exported := exportedMetrics(t)
 	queries := dashboardQueries(t, []byte(data))
 	used := map[string]bool{}
 	for _, q := range queries {
@@ -255,7 +269,7 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("%s names no metric", q)
 		}
 		for _, n := range names {
-			if !slices.Contains(contractMetrics, n) {
+			if !slices.Contains(exported, n) {
 				t.Errorf("%s names %s, which no node agent exports", q, n)
 			}
 			used[n] = true
