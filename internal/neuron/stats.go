@@ -125,7 +125,7 @@ func (s *Sysfs) readDeviceStats(i int) (d DeviceStats, ok bool, err error) {
 		return DeviceStats{}, false, err
 	}
 	if !ok {
-		if gone(dir) {
+		if statsDeviceGone(dir) {
 			return DeviceStats{}, false, nil
 		}
 		return DeviceStats{}, false, fmt.Errorf("%s does not exist, but the Neuron driver creates it for every device: the device is being removed or --sysfs-root points at the wrong place", path)
@@ -162,14 +162,14 @@ func (s *Sysfs) readDeviceStats(i int) (d DeviceStats, ok bool, err error) {
 			return DeviceStats{}, false, err
 		}
 	}
-	if gone(dir) { // removed while it was read: what was read may be zeros of absent files
+	if statsDeviceGone(dir) { // removed while it was read: what was read may be zeros of absent files
 		return DeviceStats{}, false, nil
 	}
 	return d, true, nil
 }
 
-// gone reports whether a device directory no longer exists.
-func gone(dir string) bool {
+// statsDeviceGone reports whether a device directory no longer exists.
+func statsDeviceGone(dir string) bool {
 	_, err := os.Stat(dir)
 	return errors.Is(err, fs.ErrNotExist)
 }
@@ -182,7 +182,7 @@ func readCoreStats(dir string, k int) (CoreStats, error) {
 		return CoreStats{}, err
 	}
 	for _, v := range memory {
-		c.MemoryUsedBytes = addSaturating(c.MemoryUsedBytes, v)
+		c.MemoryUsedBytes = statsAddSaturating(c.MemoryUsedBytes, v)
 	}
 	if c.Executions, err = readStatDir(filepath.Join(dir, statsStatusDir), "execution count"); err != nil {
 		return CoreStats{}, err
@@ -279,7 +279,7 @@ func parsePowerUtilization(data []byte) (PowerUtilization, error) {
 	sec, _ := strconv.ParseInt(fields[1], 10, 64)
 	p.At = time.Unix(sec, 0)
 	for i, dst := range []*float64{&p.Min, &p.Max, &p.Avg} {
-		v, ok := parsePercent(fields[2+i])
+		v, ok := parsePowerPercent(fields[2+i])
 		if !ok {
 			return PowerUtilization{}, fmt.Errorf("expected the %s power as a percentage from 0.00 to 100.00, got %s", [...]string{"minimum", "maximum", "average"}[i], quote(fields[2+i]))
 		}
@@ -288,8 +288,8 @@ func parsePowerUtilization(data []byte) (PowerUtilization, error) {
 	return p, nil
 }
 
-// parsePercent parses 0 to 100 with up to three integer digits and at most two decimals.
-func parsePercent(s string) (float64, bool) {
+// parsePowerPercent parses 0 to 100 with up to three integer digits and at most two decimals.
+func parsePowerPercent(s string) (float64, bool) {
 	whole, frac, hasFrac := strings.Cut(s, ".")
 	if !isDigits(whole) || len(whole) > 3 || hasFrac && (!isDigits(frac) || len(frac) > 2) {
 		return 0, false
@@ -314,7 +314,7 @@ func isStatName(s string) bool {
 	return true
 }
 
-func addSaturating(a, b uint64) uint64 {
+func statsAddSaturating(a, b uint64) uint64 {
 	if a > math.MaxUint64-b {
 		return math.MaxUint64
 	}

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -253,5 +254,82 @@ func TestParsePowerUtilization(t *testing.T) {
 				t.Errorf("= %+v, %v; want %+v", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestReadStatsSimulated reads simulated trees with the production reader: every device and
+// physical core, the ECC counter the simulator injects, and a removed device left out.
+func TestReadStatsSimulated(t *testing.T) {
+	for _, name := range []string{"inf2.xlarge", "trn1.32xlarge", "trn2.48xlarge"} {
+		t.Run(name, func(t *testing.T) {
+			it := catalogType(t, name)
+			s := simulate(t, SimOptions{InstanceType: it})
+			if err := s.InjectError(it.Devices-1, MemECC, 2); err != nil {
+				t.Fatal(err)
+			}
+			stats, err := (&Sysfs{Root: s.Root()}).ReadStats(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(stats.Devices) != it.Devices {
+				t.Fatalf("%d devices, want %d", len(stats.Devices), it.Devices)
+			}
+			for i, d := range stats.Devices {
+				if d.Index != i || len(d.Cores) != it.PhysicalCoresPerDevice {
+					t.Errorf("device %d: index %d, %d cores, want %d", i, d.Index, len(d.Cores), it.PhysicalCoresPerDevice)
+				}
+			}
+			if got := stats.Devices[it.Devices-1].MemECCUncorrected; got != 2 {
+				t.Errorf("injected ECC count reads %d, want 2", got)
+			}
+			if it.Devices == 1 {
+				return
+			}
+			if err := s.RemoveDevice(1); err != nil {
+				t.Fatal(err)
+			}
+			stats, err = (&Sysfs{Root: s.Root()}).ReadStats(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(stats.Devices) != it.Devices-1 || stats.Devices[1].Index != 2 {
+				t.Errorf("after removing device 1: %d devices, the second is %d", len(stats.Devices), stats.Devices[1].Index)
+			}
+		})
+	}
+}
+
+// TestReadStatsConcurrentRemoval: a device removed and restored while ReadStats runs is either
+// read or left out, never an error.
+func TestReadStatsConcurrentRemoval(t *testing.T) {
+	s := simulate(t, SimOptions{InstanceType: catalogType(t, "trn2.48xlarge")})
+	r := &Sysfs{Root: s.Root()}
+	const rounds = 25
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*rounds)
+	wg.Go(func() {
+		for range rounds {
+			if err := s.RemoveDevice(9); err != nil {
+				errs <- err
+			}
+			if err := s.RestoreDevice(9); err != nil {
+				errs <- err
+			}
+		}
+	})
+	for range rounds {
+		stats, err := r.ReadStats(context.Background())
+		if err != nil {
+			t.Errorf("ReadStats during removals: %v", err)
+			continue
+		}
+		if n := len(stats.Devices); n != 15 && n != 16 {
+			t.Errorf("ReadStats during removals: %d devices", n)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
