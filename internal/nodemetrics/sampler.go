@@ -22,6 +22,7 @@ type sample struct {
 type Sampler struct {
 	mu         sync.Mutex
 	prev, last sample
+	stats      *neuron.Stats // the stats of the last sample
 }
 
 // NewSampler returns a sampler without samples: every core's utilisation is 0 until it has two.
@@ -44,7 +45,15 @@ func (s *Sampler) Sample(now time.Time, stats *neuron.Stats) {
 	if !s.last.at.IsZero() && !now.After(s.last.at) {
 		return
 	}
-	s.prev, s.last = s.last, next
+	s.prev, s.last, s.stats = s.last, next, stats
+}
+
+// Stats returns the stats of the last sample taken (nil before the first), for the agent's
+// Snapshot. The caller must not modify them.
+func (s *Sampler) Stats() *neuron.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
 }
 
 // utilization returns each physical core's utilisation between the last two samples.

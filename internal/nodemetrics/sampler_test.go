@@ -58,8 +58,16 @@ func TestSampler(t *testing.T) {
 			if got := s.utilization(); len(got) != 0 {
 				t.Fatalf("new sampler: %v", got)
 			}
+			var taken *neuron.Stats
+			var takenAt time.Duration
 			for i, st := range tt.steps {
 				s.Sample(t0.Add(st.at), st.stats)
+				if st.stats != nil && (taken == nil || st.at > takenAt) {
+					taken, takenAt = st.stats, st.at
+				}
+				if s.Stats() != taken {
+					t.Errorf("step %d: Stats() is not the last sample taken", i)
+				}
 				if st.want == nil {
 					continue
 				}
