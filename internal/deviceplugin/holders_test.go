@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
+	"github.com/kube-neuron/kube-neuron/internal/nodemetrics"
 	"github.com/kube-neuron/kube-neuron/internal/testkit"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -33,12 +34,12 @@ func TestHoldingHolders(t *testing.T) {
 		name     string
 		holdings []ledger.Holding
 		pods     map[types.UID]ledger.PodKey
-		want     []holder
+		want     []nodemetrics.Holder
 	}{
 		{
 			name:     "none",
 			holdings: nil,
-			want:     []holder{},
+			want:     []nodemetrics.Holder{},
 		},
 		{
 			name: "a two-container pod: one holder per container, on its own hardware",
@@ -46,7 +47,7 @@ func TestHoldingHolders(t *testing.T) {
 				{Pod: pod("p"), Container: "b", Resource: core, Hardware: cores(4, 5), Admitted: true},
 				{Pod: pod("p"), Container: "a", Resource: neuron, Hardware: devs(0), Admitted: true},
 			},
-			want: []holder{
+			want: []nodemetrics.Holder{
 				{Namespace: "ml", Pod: "p", Container: "a", Cores: shape.CoresOf(0)},
 				{Namespace: "ml", Pod: "p", Container: "b", Cores: []int{4, 5}},
 			},
@@ -57,7 +58,7 @@ func TestHoldingHolders(t *testing.T) {
 				{Pod: pod("p"), Container: "main", Resource: core, Hardware: cores(6)},
 				{Pod: pod("p"), Container: "main", Resource: neuron, Hardware: devs(0)},
 			},
-			want: []holder{{Namespace: "ml", Pod: "p", Container: "main", Cores: append(shape.CoresOf(0), 6)}},
+			want: []nodemetrics.Holder{{Namespace: "ml", Pod: "p", Container: "main", Cores: append(shape.CoresOf(0), 6)}},
 		},
 		{
 			name: "a reservation holds; an answer since the last refresh is named through its pod UID",
@@ -66,7 +67,7 @@ func TestHoldingHolders(t *testing.T) {
 				{Who: "ml/q container main", PodUID: "uid-q", Container: "main", Resource: neuron, Hardware: devs(2)},
 			},
 			pods: map[types.UID]ledger.PodKey{"uid-q": pod("q")},
-			want: []holder{
+			want: []nodemetrics.Holder{
 				{Namespace: "ml", Pod: "q", Container: "main", Cores: shape.CoresOf(2)},
 				{Namespace: "ml", Pod: "r", Container: "main", Cores: shape.CoresOf(1)},
 			},
@@ -78,7 +79,7 @@ func TestHoldingHolders(t *testing.T) {
 				{Who: "x", PodUID: "uid-gone", Container: "main", Resource: core, Hardware: cores(0)},
 				{Pod: pod("p"), Container: "main", Resource: neuron, Hardware: devs(1)},
 			},
-			want: []holder{
+			want: []nodemetrics.Holder{
 				{Cores: append([]int{0}, shape.CoresOf(3)...)},
 				{Namespace: "ml", Pod: "p", Container: "main", Cores: shape.CoresOf(1)},
 			},

@@ -195,6 +195,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	defer bcast.Shutdown()
 	p.recorder = bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "neuron-device-plugin", Host: p.o.NodeName})
 	if p.o.MetricsAddress != "" {
+		defer p.startNodeMetrics(ctx)()
 		srv := &http.Server{Addr: p.o.MetricsAddress, Handler: p.metrics.handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -181,6 +181,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		"lnc", d.info.Shape.LNC, "ultraServer", d.info.Hardware.UltraServer != nil, "preparedClaims", len(d.checkpoint.Claims))
 
 	if d.o.MetricsAddress != "" {
+		defer d.startNodeMetrics(ctx)()
 		srv := &http.Server{Addr: d.o.MetricsAddress, Handler: d.metrics.handler(d.ready.Load), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

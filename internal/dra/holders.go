@@ -6,49 +6,35 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kube-neuron/kube-neuron/internal/topology"
+	"github.com/kube-neuron/kube-neuron/internal/nodemetrics"
 )
-
-// holder is who holds which NeuronCores of the node, for the node metrics: a container of a
-// pod, or (all names "") a prepared claim no running pod on the node is known to use.
-type holder struct {
-	Namespace, Pod, Container string
-	Cores                     []int // node-wide NeuronCore ids at the node's LNC, ascending
-}
 
 // claimKey names a ResourceClaim.
 type claimKey struct{ Namespace, Name string }
 
-// claimHolders joins the prepared claims with the pods of the node: every container whose
-// resources.claims name a pod claim that resolves to a prepared claim holds all the cores of
-// that claim's devices (a claim gives whole devices; an LNC config changes how the runtime
-// numbers them, not which devices the pod has). A claim shared by several pods, or several
-// containers, yields one holder for each. A pod that lists the claim but gives it to no
-// container holds it with container "". A prepared claim that no pod uses (its pod is gone
-// but the kubelet has not unprepared it yet, or the informer has not seen the pod) still holds
-// its devices, unnamed (all such claims make one holder). Pods that have finished hold nothing: the kubelet unprepares their
-// claims.
-func claimHolders(shape *topology.Shape, cp *Checkpoint, pods []*corev1.Pod) []holder {
-	cores := map[claimKey][]int{}
+// claimHolders joins the prepared claims with the pods of the node into the node metrics'
+// holders: every container whose resources.claims name a pod claim that resolves to a prepared
+// claim holds that claim's devices, whole (a claim gives whole devices; an LNC config changes
+// how the runtime numbers their cores, not which devices the pod has). A claim shared by
+// several pods, or several containers, yields one holder for each. A pod that lists the claim
+// but gives it to no container holds it with container "". A prepared claim that no pod uses
+// (its pod is gone but the kubelet has not unprepared it yet, or the informer has not seen the
+// pod) still holds its devices, unnamed; all such claims make one holder. Pods that have
+// finished hold nothing: the kubelet unprepares their claims.
+func claimHolders(cp *Checkpoint, pods []*corev1.Pod) []nodemetrics.Holder {
+	devices := map[claimKey][]int{}
 	for _, pc := range cp.Claims {
-		var cs []int
-		for _, d := range pc.Indexes() {
-			if d < shape.Devices() {
-				cs = append(cs, shape.CoresOf(d)...)
-			}
-		}
-		slices.Sort(cs)
 		k := claimKey{pc.Namespace, pc.Name}
-		cores[k] = slices.Compact(append(cores[k], cs...))
+		devices[k] = append(devices[k], pc.Indexes()...)
 	}
 	used := map[claimKey]bool{}
-	var out []holder
+	var out []nodemetrics.Holder
 	for _, pod := range pods {
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		byPodClaim := podClaims(pod) // pod claim name -> ResourceClaim name
-		// held: the cores each container holds (a container may use several claims).
+		// held: the devices each container holds (a container may use several claims).
 		held := map[string][]int{}
 		var order []string
 		add := func(container string, cs []int) {
@@ -65,7 +51,7 @@ func claimHolders(shape *topology.Shape, cp *Checkpoint, pods []*corev1.Pod) []h
 					continue
 				}
 				k := claimKey{pod.Namespace, name}
-				cs, prepared := cores[k]
+				cs, prepared := devices[k]
 				if !prepared {
 					continue
 				}
@@ -75,29 +61,28 @@ func claimHolders(shape *topology.Shape, cp *Checkpoint, pods []*corev1.Pod) []h
 		}
 		for podClaim, name := range byPodClaim {
 			k := claimKey{pod.Namespace, name}
-			if cs, prepared := cores[k]; prepared && !given[podClaim] {
+			if cs, prepared := devices[k]; prepared && !given[podClaim] {
 				used[k] = true
 				add("", cs)
 			}
 		}
 		for _, c := range order {
 			cs := slices.Sorted(slices.Values(held[c]))
-			out = append(out, holder{Namespace: pod.Namespace, Pod: pod.Name, Container: c, Cores: slices.Compact(cs)})
+			out = append(out, nodemetrics.Holder{Namespace: pod.Namespace, Pod: pod.Name, Container: c, Devices: slices.Compact(cs)})
 		}
 	}
 	var unnamed []int // one holder for all: series are keyed by the holder's names
-	for k, cs := range cores {
+	for k, cs := range devices {
 		if !used[k] {
 			unnamed = append(unnamed, cs...)
 		}
 	}
 	if len(unnamed) > 0 {
 		slices.Sort(unnamed)
-		out = append(out, holder{Cores: slices.Compact(unnamed)})
+		out = append(out, nodemetrics.Holder{Devices: slices.Compact(unnamed)})
 	}
-	slices.SortFunc(out, func(a, b holder) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Container, b.Container),
-			slices.Compare(a.Cores, b.Cores))
+	slices.SortFunc(out, func(a, b nodemetrics.Holder) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Container, b.Container))
 	})
 	return out
 }

@@ -2,15 +2,13 @@ package dra
 
 import (
 	"reflect"
-	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/kube-neuron/kube-neuron/internal/testkit"
-	"github.com/kube-neuron/kube-neuron/internal/topology"
+	"github.com/kube-neuron/kube-neuron/internal/nodemetrics"
 )
 
 // claimPod builds a pod of namespace ml: claimPod("p").Claim("gpus", "c1").Template("t", "gen").Uses("main", "gpus").
@@ -73,33 +71,25 @@ func checkpointOf(claims map[string][]int) *Checkpoint {
 }
 
 func TestClaimHolders(t *testing.T) {
-	shape := testkit.Shape(t, "trn2.48xlarge")
-	cores := func(devs ...int) []int {
-		var out []int
-		for _, d := range devs {
-			out = append(out, shape.CoresOf(d)...)
-		}
-		return out
-	}
 	for _, tc := range []struct {
 		name   string
 		claims map[string][]int
 		pods   []*corev1.Pod
-		want   []holder
+		want   []nodemetrics.Holder
 	}{
 		{
 			name:   "one container, a template claim",
 			claims: map[string][]int{"p-neuron-abc": {0, 1}},
 			pods:   []*corev1.Pod{claimPod("p").Template("neuron", "p-neuron-abc").Uses("main", "neuron").Obj()},
-			want:   []holder{{Namespace: "ml", Pod: "p", Container: "main", Cores: cores(0, 1)}},
+			want:   []nodemetrics.Holder{{Namespace: "ml", Pod: "p", Container: "main", Devices: []int{0, 1}}},
 		},
 		{
 			name:   "two containers of one pod share the claim: one holder each",
 			claims: map[string][]int{"c": {3}},
 			pods:   []*corev1.Pod{claimPod("p").Claim("n", "c").Uses("a", "n").Uses("b", "n").Uses("nothing").Obj()},
-			want: []holder{
-				{Namespace: "ml", Pod: "p", Container: "a", Cores: cores(3)},
-				{Namespace: "ml", Pod: "p", Container: "b", Cores: cores(3)},
+			want: []nodemetrics.Holder{
+				{Namespace: "ml", Pod: "p", Container: "a", Devices: []int{3}},
+				{Namespace: "ml", Pod: "p", Container: "b", Devices: []int{3}},
 			},
 		},
 		{
@@ -109,9 +99,9 @@ func TestClaimHolders(t *testing.T) {
 				claimPod("q").Claim("n", "shared").Uses("main", "n").Obj(),
 				claimPod("p").Claim("x", "shared").Uses("main", "x").Obj(),
 			},
-			want: []holder{
-				{Namespace: "ml", Pod: "p", Container: "main", Cores: cores(4, 5)},
-				{Namespace: "ml", Pod: "q", Container: "main", Cores: cores(4, 5)},
+			want: []nodemetrics.Holder{
+				{Namespace: "ml", Pod: "p", Container: "main", Devices: []int{4, 5}},
+				{Namespace: "ml", Pod: "q", Container: "main", Devices: []int{4, 5}},
 			},
 		},
 		{
@@ -119,17 +109,17 @@ func TestClaimHolders(t *testing.T) {
 			claims: map[string][]int{"c1": {0}, "c2": {1}},
 			pods: []*corev1.Pod{claimPod("p").Claim("one", "c1").Claim("two", "c2").
 				Uses("a", "one").Uses("both", "one", "two").Sidecar("side", "two").Obj()},
-			want: []holder{
-				{Namespace: "ml", Pod: "p", Container: "a", Cores: cores(0)},
-				{Namespace: "ml", Pod: "p", Container: "both", Cores: cores(0, 1)},
-				{Namespace: "ml", Pod: "p", Container: "side", Cores: cores(1)},
+			want: []nodemetrics.Holder{
+				{Namespace: "ml", Pod: "p", Container: "a", Devices: []int{0}},
+				{Namespace: "ml", Pod: "p", Container: "both", Devices: []int{0, 1}},
+				{Namespace: "ml", Pod: "p", Container: "side", Devices: []int{1}},
 			},
 		},
 		{
 			name:   "a pod that gives its claim to no container holds it itself",
 			claims: map[string][]int{"c": {2}},
 			pods:   []*corev1.Pod{claimPod("p").Claim("n", "c").Uses("main").Obj()},
-			want:   []holder{{Namespace: "ml", Pod: "p", Container: "", Cores: cores(2)}},
+			want:   []nodemetrics.Holder{{Namespace: "ml", Pod: "p", Container: "", Devices: []int{2}}},
 		},
 		{
 			name:   "prepared claims without a pod hold their devices unnamed, as one holder; finished pods and other namespaces hold nothing",
@@ -142,7 +132,7 @@ func TestClaimHolders(t *testing.T) {
 					return p
 				}(),
 			},
-			want: []holder{{Cores: cores(1, 6)}},
+			want: []nodemetrics.Holder{{Devices: []int{1, 6}}},
 		},
 		{
 			name:   "a pod whose template claim is not made yet, or not prepared, holds nothing",
@@ -155,7 +145,7 @@ func TestClaimHolders(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := claimHolders(shape, checkpointOf(tc.claims), tc.pods)
+			got := claimHolders(checkpointOf(tc.claims), tc.pods)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("holders =\n  %+v\nwant\n  %+v", got, tc.want)
 			}
@@ -165,19 +155,12 @@ func TestClaimHolders(t *testing.T) {
 
 // TestClaimHoldersNodeDevice: the UltraServer node device stands for every device of the node.
 func TestClaimHoldersNodeDevice(t *testing.T) {
-	shape := testkit.Shape(t, "trn2u.48xlarge")
+	all := []int{0, 1, 2, 3}
 	cp := NewCheckpoint()
-	all := make([]int, shape.Devices())
-	for i := range all {
-		all[i] = i
-	}
 	cp.Claims["u"] = &PreparedClaim{Plan: Plan{Namespace: "ml", Name: "us", Devices: []PlannedDevice{{Device: NodeDeviceName, Indexes: all}}}}
-	got := claimHolders(shape, cp, []*corev1.Pod{claimPod("p").Claim("n", "us").Uses("main", "n").Obj()})
-	wantCores := make([]int, shape.Cores())
-	for i := range wantCores {
-		wantCores[i] = i
-	}
-	if len(got) != 1 || got[0].Pod != "p" || !slices.Equal(got[0].Cores, wantCores) {
-		t.Errorf("holders = %+v, want pod p on every core %s", got, topology.FormatList(wantCores))
+	got := claimHolders(cp, []*corev1.Pod{claimPod("p").Claim("n", "us").Uses("main", "n").Obj()})
+	want := []nodemetrics.Holder{{Namespace: "ml", Pod: "p", Container: "main", Devices: all}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("holders = %+v, want %+v", got, want)
 	}
 }
