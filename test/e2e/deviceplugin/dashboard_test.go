@@ -65,6 +65,15 @@ func TestDashboard(t *testing.T) {
 		return len(res) == len(targets), fmt.Sprintf("%d of %d targets up: %v", len(res), len(targets), res), nil
 	})
 
+	// Every agent has read its node's counters at least once.
+	framework.WaitFor(t, ctx, 60*time.Second, fmt.Sprintf("core series from the %d nodes", len(targets)), func(ctx context.Context) (bool, string, error) {
+		res, err := prom.query(ctx, `count by (node) (neuron_core_memory_used_bytes)`)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return len(res) == len(targets), fmt.Sprintf("core series from %d nodes: %v", len(res), res), nil
+	})
+
 	queries := dashboardQueries(t)
 	for _, v := range []struct {
 		name string
