@@ -45,7 +45,8 @@ func TestDashboard(t *testing.T) {
 	}
 	t.Cleanup(func() { deletePods(t, ns, pods) })
 	for _, p := range pods {
-		framework.WaitForPod(t, ctx, ns, p.name, corev1.PodRunning, 60*time.Second)
+		pod := framework.WaitForPod(t, ctx, ns, p.name, corev1.PodRunning, 60*time.Second)
+		runExecutions(t, pod)
 	}
 
 	var targets []string
@@ -155,6 +156,30 @@ func runQueries(t *testing.T, ctx context.Context, prom *prometheus, queries []d
 		t.Logf("%-9s %s: %s", status, q.where, q.expand(t, vars))
 	}
 	return results
+}
+
+// runExecutions records, on the simulated hardware, ten successful executions on every
+// physical core of the NeuronCores the pod's containers hold, as its workload would.
+func runExecutions(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	shape := shapeOf(t, pod.Spec.NodeName)
+	if shape.LNC < 1 {
+		t.Fatalf("node %s: LNC %d", pod.Spec.NodeName, shape.LNC)
+	}
+	hw := framework.L.Simulator().Node(pod.Spec.NodeName).Hardware()
+	for name, held := range running(t, pod) {
+		if len(held[1]) == 0 {
+			t.Fatalf("pod %s container %s holds no core", pod.Name, name)
+		}
+		for _, c := range held[1] {
+			first := (c % shape.CoresPerDevice) * shape.LNC
+			for k := first; k < first+shape.LNC; k++ {
+				if err := hw.AddExecutions(shape.DeviceOf(c), k, "success", 10); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 }
 
 // deletePods deletes the pods and waits until they are gone, so that the next test finds the
