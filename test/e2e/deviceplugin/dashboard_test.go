@@ -147,6 +147,21 @@ func runQueries(t *testing.T, ctx context.Context, prom *prometheus, queries []d
 			time.Sleep(500 * time.Millisecond)
 		}
 	}
+	// Once all have data, the same queries again: the series each shows now, as a panel would.
+	for i, q := range queries {
+		if _, ok := pending[i]; ok || ctx.Err() != nil {
+			continue
+		}
+		var err error
+		if q.instant {
+			results[i], err = prom.query(ctx, q.expand(t, vars))
+		} else {
+			results[i], err = prom.queryRange(ctx, q.expand(t, vars), 30*time.Second)
+		}
+		if err != nil {
+			t.Errorf("%s: %v", q.where, err)
+		}
+	}
 	for i, q := range queries {
 		status := fmt.Sprintf("%d series", len(results[i]))
 		if expr, ok := pending[i]; ok {
