@@ -32,6 +32,8 @@ var (
 		"ClusterRoleBinding /neuron-device-plugin",
 		"DaemonSet kube-system/neuron-device-plugin",
 		"ServiceAccount kube-system/neuron-device-plugin",
+		"NetworkPolicy kube-system/neuron-device-plugin-metrics",
+		dashboardObject,
 	}
 	npdObjects = []string{
 		"ClusterRole /neuron-node-problem-detector",
@@ -50,13 +52,17 @@ var (
 		"ServiceAccount neuron-dra-driver/neuron-dra-driver-sa",
 		"ValidatingAdmissionPolicy /neuron-dra-driver-resourceslices-policy",
 		"ValidatingAdmissionPolicyBinding /neuron-dra-driver-resourceslices-policy-binding",
+		"NetworkPolicy neuron-dra-driver/neuron-dra-driver-metrics",
+		dashboardObject,
 	}
 )
 
+// objects returns the names of the groups, sorted, each once (several groups list the dashboard,
+// which the chart renders once).
 func objects(groups ...[]string) []string {
 	s := slices.Concat(groups...)
 	slices.Sort(s)
-	return s
+	return slices.Compact(s)
 }
 
 // TestSeedInstallCommands renders the chart with the --set flags of the seeds' install commands.
@@ -552,6 +558,7 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 	if got, want := m.names(), sorted([]string{
 		"ClusterRole /neuron-device-plugin", "ClusterRoleBinding /neuron-device-plugin",
 		"DaemonSet neuron/neuron-device-plugin", "ServiceAccount neuron/neuron-device-plugin",
+		"NetworkPolicy neuron/neuron-device-plugin-metrics", dashboardObject,
 	}); !slices.Equal(got, want) {
 		t.Fatalf("rendered %q, want %q", got, want)
 	}
