@@ -23,7 +23,9 @@ mkdir -p "$dir"
 tmp=$(mktemp -d "$dir/fetch.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 echo "hack/prometheus: downloading Debian's prometheus $version into $dir (about 19 MB, once)" >&2
-if ! (cd "$tmp" && apt-get download -q "prometheus=$version" >&2); then
+# A fresh machine may have no package lists yet: refresh them once, as hack/node/deps.sh does.
+if ! (cd "$tmp" && apt-get download -q "prometheus=$version" >&2) &&
+  ! { apt-get update -q >&2 && (cd "$tmp" && apt-get download -q "prometheus=$version" >&2); }; then
   echo "hack/prometheus: apt-get download prometheus=$version failed; run apt-get update, or set PROMETHEUS_DEB_VERSION to a version apt-cache policy prometheus lists" >&2
   exit 1
 fi
