@@ -78,7 +78,7 @@ Exit codes:
 	root.PersistentFlags().StringArrayVar(&o.catalogFiles, "catalog", nil,
 		"instance catalog file applied over the built-in catalog (repeatable; see docs/catalog.md)")
 	root.AddCommand(newCatalogCommand(o), newPlanCommand(o), newTopologyCommand(o), newSimulateCommand(o), newNodesCommand(o), newCheckCommand(o))
-	root.AddCommand(newCleanupCommand(o))
+	root.AddCommand(newCleanupCommand(o), newTopCommand(o))
 	return root
 }
 

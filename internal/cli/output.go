@@ -33,6 +33,7 @@ var commandFormats = map[string][]string{
 	"check":    {outTable, outJSON, outYAML, outJSONPath},
 	"nodes":    {outTable, outWide, outJSON, outYAML, outName, outJSONPath},
 	"cleanup":  {outTable, outJSON, outYAML, outName, outJSONPath},
+	"top":      {outTable, outJSON, outYAML, outJSONPath},
 }
 
 // outputFormat is a parsed -o value.
