@@ -32,12 +32,13 @@ func main() {
 	fs.DurationVar(&o.HealthInterval, "health-interval", 1e9, "how often device health and usage are checked")
 	fs.StringVar(&source, "allocation-source", "auto", "where Allocate takes devices from: auto (the scheduler extender's record when one matches, else the kubelet's ids), extender, or kubelet")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", ":9464", "address of /metrics and /healthz; empty disables them")
+	fs.DurationVar(&o.MetricsSampleInterval, "metrics-sample-interval", 10e9, "how often the Neuron driver's counters (power, ECC, core memory, time in use, executions) are read for /metrics; core utilization is the rate of time in use between the last two samples")
 	fs.StringVar(&catalog, "catalog", "", "instance catalog file applied over the built-in one")
 	env := map[string]string{
 		"node-name": "NODE_NAME", "kubeconfig": "KUBECONFIG", "sysfs-root": "NEURON_SYSFS_ROOT",
 		"device-plugin-dir": "KUBELET_DEVICE_PLUGIN_DIR", "pod-resources-socket": "KUBELET_POD_RESOURCES_SOCKET", "state-dir": "NEURON_STATE_DIR",
 		"health-interval": "NEURON_HEALTH_INTERVAL", "allocation-source": "NEURON_ALLOCATION_SOURCE",
-		"metrics-address": "NEURON_METRICS_ADDRESS", "catalog": "NEURON_CATALOG",
+		"metrics-address": "NEURON_METRICS_ADDRESS", "metrics-sample-interval": "NEURON_METRICS_SAMPLE_INTERVAL", "catalog": "NEURON_CATALOG",
 	}
 	flagenv.Annotate(fs, env)
 	klog.InitFlags(nil)

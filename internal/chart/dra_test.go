@@ -177,7 +177,8 @@ func checkDRAPorts(t *testing.T, c corev1.Container, health, metrics int32) {
 }
 
 // checkDRARBAC checks the published names and least privilege: ResourceSlices of its node
-// (narrowed by the policy), the claims it prepares, its node's labels, events.
+// (narrowed by the policy), the claims it prepares, its node's labels, its node's pods (the
+// holders in its metrics), events.
 func checkDRARBAC(t *testing.T, m manifest) {
 	t.Helper()
 	get[corev1.ServiceAccount](t, m, "ServiceAccount", draNS, draSA)
@@ -186,6 +187,7 @@ func checkDRARBAC(t *testing.T, m manifest) {
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if !reflect.DeepEqual(role.Rules, wantRules) {

@@ -76,8 +76,11 @@ type Options struct {
 	HealthInterval time.Duration
 	Source         Source
 	MetricsAddress string // "" disables the metrics and health endpoint
-	Client         kubernetes.Interface
-	Catalog        *topology.Catalog
+	// MetricsSampleInterval is how often the Neuron counters are read for the node metrics
+	// (nodemetrics.go); 10 s when 0.
+	MetricsSampleInterval time.Duration
+	Client                kubernetes.Interface
+	Catalog               *topology.Catalog
 	// Hardware overrides the sysfs reader (tests); nil reads SysfsRoot.
 	Hardware neuron.Hardware
 }
@@ -192,6 +195,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	defer bcast.Shutdown()
 	p.recorder = bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "neuron-device-plugin", Host: p.o.NodeName})
 	if p.o.MetricsAddress != "" {
+		defer p.startNodeMetrics(ctx)()
 		srv := &http.Server{Addr: p.o.MetricsAddress, Handler: p.metrics.handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

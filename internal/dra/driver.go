@@ -62,6 +62,9 @@ type Options struct {
 	HealthInterval time.Duration
 	// MetricsAddress serves /metrics, /healthz and /readyz; "" disables it.
 	MetricsAddress string
+	// MetricsSampleInterval is how often the Neuron counters are read for the node metrics
+	// (nodemetrics.go); 10 s when 0.
+	MetricsSampleInterval time.Duration
 	// HealthcheckPort serves the gRPC health service LivenessService; 0 disables it.
 	HealthcheckPort int
 }
@@ -178,6 +181,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		"lnc", d.info.Shape.LNC, "ultraServer", d.info.Hardware.UltraServer != nil, "preparedClaims", len(d.checkpoint.Claims))
 
 	if d.o.MetricsAddress != "" {
+		defer d.startNodeMetrics(ctx)()
 		srv := &http.Server{Addr: d.o.MetricsAddress, Handler: d.metrics.handler(d.ready.Load), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -125,6 +125,7 @@ type Lab struct {
 
 	mu          sync.Mutex
 	components  map[string][]*Process // node -> its component processes
+	metricsAddr map[string]string     // node -> the metrics address of its simulated agent
 	extender    *Process
 	extenderURL string
 	autoscaler  *Process
@@ -173,6 +174,10 @@ func (l *Lab) StartDevicePlugin(ctx context.Context, node string) (*Process, err
 	if n == nil {
 		return nil, fmt.Errorf("no simulated node %s", node)
 	}
+	metrics, err := l.newMetricsAddress(node)
+	if err != nil {
+		return nil, err
+	}
 	p, err := l.startComponent(ComponentDevicePlugin, node, []string{
 		"--node-name=" + node,
 		"--kubeconfig=" + l.cp.Kubeconfig(),
@@ -181,7 +186,8 @@ func (l *Lab) StartDevicePlugin(ctx context.Context, node string) (*Process, err
 		"--pod-resources-socket=" + n.PodResourcesSocket(),
 		"--state-dir=" + n.DevicePluginStateDir(),
 		"--health-interval=500ms",
-		"--metrics-address=",
+		"--metrics-address=" + metrics,
+		"--metrics-sample-interval=" + MetricsSampleInterval.String(),
 		fmt.Sprintf("-v=%d", l.opts.Verbosity),
 	})
 	if err != nil {
@@ -200,6 +206,10 @@ func (l *Lab) StartDRADriver(ctx context.Context, node string) (*Process, error)
 	if n == nil {
 		return nil, fmt.Errorf("no simulated node %s", node)
 	}
+	metrics, err := l.newMetricsAddress(node)
+	if err != nil {
+		return nil, err
+	}
 	p, err := l.startComponent(ComponentDRADriver, node, []string{
 		"--node-name=" + node,
 		"--kubeconfig=" + l.cp.Kubeconfig(),
@@ -208,7 +218,8 @@ func (l *Lab) StartDRADriver(ctx context.Context, node string) (*Process, error)
 		"--kubelet-registrar-directory-path=" + n.RegistryDir(),
 		"--kubelet-plugins-directory-path=" + n.PluginsDir(),
 		"--health-interval=500ms",
-		"--metrics-address=",
+		"--metrics-address=" + metrics,
+		"--metrics-sample-interval=" + MetricsSampleInterval.String(),
 		"--healthcheck-port=0",
 		fmt.Sprintf("-v=%d", l.opts.Verbosity),
 	})
@@ -231,10 +242,45 @@ func (l *Lab) StartDRADriver(ctx context.Context, node string) (*Process, error)
 	return p, nil
 }
 
+// MetricsSampleInterval is how often the simulated nodes' agents sample the Neuron counters
+// (--metrics-sample-interval): short, so that tests see utilization soon after pods start.
+const MetricsSampleInterval = time.Second
+
+// newMetricsAddress picks a free port of 127.0.0.1 for the metrics of a simulated node's agent
+// and records it as the node's MetricsAddress. Each start takes a new port: the last agent
+// started for the node is the one that serves it.
+func (l *Lab) newMetricsAddress(node string) (string, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.metricsAddr == nil {
+		l.metricsAddr = map[string]string{}
+	}
+	l.metricsAddr[node] = addr
+	return addr, nil
+}
+
+// MetricsAddress returns host:port of the metrics endpoint (/metrics) of the agent (device
+// plugin or DRA driver) the lab runs as a host process for a simulated node; "" when it runs
+// none for that node (real nodes' agents are the chart's pods: read them through the API
+// server's pod proxy).
+func (l *Lab) MetricsAddress(node string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.metricsAddr[node]
+}
+
 // StopComponent stops one component process of a node (tests restart components this way).
 func (l *Lab) StopComponent(node string, p *Process) error {
 	l.mu.Lock()
 	l.components[node] = slices.DeleteFunc(l.components[node], func(q *Process) bool { return q == p })
+	if p.Name() == ComponentDevicePlugin+"-"+node || p.Name() == ComponentDRADriver+"-"+node {
+		delete(l.metricsAddr, node)
+	}
 	l.mu.Unlock()
 	return p.Stop(StopGrace(StopOrderComponent))
 }

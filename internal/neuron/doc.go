@@ -16,6 +16,16 @@
 //	    info/architecture/arch_type                  e.g. NCv3
 //	    stats/hardware/mem_ecc_uncorrected/total     uncorrectable HBM ECC errors (absent = 0)
 //	    stats/hardware/sram_ecc_uncorrected/total    uncorrectable SRAM ECC errors (absent = 0)
+//	    stats/hardware/mem_ecc_repairable_uncorrected/total
+//	                                                 repairable HBM ECC events (ReadStats only, absent = 0)
+//	    stats/power/utilization                      ReadStats: "<status>,<unix-seconds>,<min>,<max>,<avg>",
+//	                                                 status POWER_STATUS_VALID, _NO_DATA or _INVALID,
+//	                                                 percent of max power 0.00-100.00 over the last minute
+//	    neuron_coreK/                                physical core K = 0..core_count-1 (ReadStats):
+//	        stats/memory_usage/device_mem/<category>/total
+//	                                                 device memory bytes in use, summed over categories
+//	        stats/status/<status>/total              execution results (success, timeout, hw_error, ...)
+//	        stats/other_info/nc_time_in_use/total    microseconds the core was in use (only rises)
 //	sys/devices/virtual/dmi/id/product_name          instance type (else neuron0's instance_type)
 //	sys/module/neuron/version                        driver version
 //	sys/class/neuron_device/{server_id_2,server_id_4,node_id_2,node_id_4,ultraserver_mode}
@@ -32,6 +42,10 @@
 // devices are sorted by PCI address and paired in blocks: with E EFAs and D devices (E dividing
 // D), device i gets EFA i/(D/E) (trn1.32xlarge: 2 devices per EFA; trn1n, trn2: 1 per EFA). That
 // pairing by address order is an approximation of the PCI topology, not read from it.
+//
+// ReadStats reads the usage counters of the devices present (absent files read as zero, power as
+// not valid); category and status directories are read as found, so names a newer driver adds
+// are reported too.
 //
 // Error counters only rise while the driver runs; consumers detect a new uncorrectable error as
 // a rise of Device.ErrorCount between two discoveries. This package does not poll.
