@@ -68,8 +68,8 @@ Exit codes:
      cleanup --yes while the chart still runs
   2  bad flags, arguments or input (an unreadable manifest, an unknown instance type)
   3  internal error
-  4  no kubeconfig, or the cluster cannot be reached, read or changed (nodes, cleanup)
-  5  no Neuron node, or a node named is missing or not a Neuron node (nodes)`,
+  4  no kubeconfig, or the cluster cannot be reached, read or changed (nodes, cleanup, top)
+  5  no Neuron node, or a node named is missing or not a Neuron node (nodes); no node agent (top)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
