@@ -126,6 +126,16 @@ func TestTopOnRealNodes(t *testing.T) {
 			t.Errorf("top nodes does not list the real node %s", node)
 		}
 	}
+
+	// The tables, as a user sees them (in the test's log).
+	for _, args := range [][]string{{"top", "pods", "-n", ns}, {"top", "nodes"}} {
+		var out, errOut bytes.Buffer
+		args = append(args, "--kubeconfig", framework.L.Kubeconfig())
+		if code := cli.Main(args, &out, &errOut); code != cli.ExitOK || !strings.Contains(out.String(), "UTILIZATION") {
+			t.Errorf("kubectl-neuron %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errOut.String())
+		}
+		t.Logf("kubectl-neuron %s\n%s%s", strings.Join(args[:len(args)-2], " "), out.String(), errOut.String())
+	}
 }
 
 func shapeDevices(t *testing.T, instanceType string) int {
