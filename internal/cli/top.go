@@ -166,7 +166,7 @@ func runTop(ctx context.Context, client kubernetes.Interface, fetch metricsFetch
 		}
 		read++
 		if skipped > 0 {
-			warn("node agent %s: %d neuron_ series without a node or with an unreadable id were left out", a, skipped)
+			warn("node agent %s: %d series of the node metrics without a node or with an unreadable id were left out", a, skipped)
 		}
 		switch {
 		case len(nodes) == 0:

@@ -36,6 +36,20 @@ const (
 	labelState        = "state"
 )
 
+// agentFamilies are the node metrics' families (docs/metrics.md). The agents export metrics of
+// their own beside them (neuron_device_plugin_*, neuron_dra_driver_*): top reads only these.
+var agentFamilies = map[string]bool{
+	"neuron_device_power_utilization_ratio": true,
+	"neuron_device_ecc_errors_total":        true,
+	metricDeviceHealthy:                     true,
+	metricCoreMemory:                        true,
+	"neuron_core_time_in_use_seconds_total": true,
+	metricCoreUtilization:                   true,
+	"neuron_core_executions_total":          true,
+	metricNodeDevices:                       true,
+	"neuron_node_free_blocks":               true,
+}
+
 // TopPod is one element of `kubectl-neuron top pods -o json`: a container holding Neuron
 // hardware, with what it holds (ids ascending, never null), the device memory its cores use
 // and the mean utilisation of its cores (0 to 1).
@@ -109,8 +123,8 @@ type topMetrics struct {
 func newTopMetrics() *topMetrics { return &topMetrics{nodes: map[string]*topNodeMetrics{}} }
 
 // add parses one agent's answer, Prometheus text format, adds its series and returns the nodes
-// they name. Series that are not the agents' (a neuron_ series without a node or with an id that
-// is not a non-negative number) are left out and counted in skipped; other metrics are ignored.
+// they name. Series of the node metrics' families without a node or with an id that is not a
+// non-negative number are left out and counted in skipped; other families are ignored.
 // An answer that is not the text format is an error and adds nothing.
 func (m *topMetrics) add(text []byte) (nodes []string, skipped int, err error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
@@ -120,7 +134,7 @@ func (m *topMetrics) add(text []byte) (nodes []string, skipped int, err error) {
 	}
 	seen := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(families)) {
-		if !strings.HasPrefix(name, "neuron_") {
+		if !agentFamilies[name] {
 			continue
 		}
 		for _, s := range families[name].GetMetric() {

@@ -228,6 +228,21 @@ func TestTopNodesCountsWithoutNodeDevices(t *testing.T) {
 	}
 }
 
+// The agents' own metrics (neuron_device_plugin_*, ...) are not node metrics: ignored without a
+// warning; a node metric series with an unreadable id is left out and counted.
+func TestTopSkippedSeries(t *testing.T) {
+	m := newTopMetrics()
+	nodes, skipped, err := m.add([]byte(`neuron_device_plugin_allocations_total 3
+neuron_dra_driver_prepared_claims{node="n"} 1
+neuron_core_memory_used_bytes{node="n",neuron_device="0",neuron_core="c"} 5
+neuron_core_memory_used_bytes{neuron_device="0",neuron_core="1"} 5
+neuron_device_healthy{node="n",neuron_device="0",reason=""} 1
+`))
+	if err != nil || skipped != 2 || !reflect.DeepEqual(nodes, []string{"n"}) {
+		t.Errorf("nodes %v, skipped %d, err %v", nodes, skipped, err)
+	}
+}
+
 func TestTopAgentWarnings(t *testing.T) {
 	objs, f := topCluster()
 	f.errs = map[string]error{"dp-inf2": apierrors.NewForbidden(schema.GroupResource{Resource: "pods/proxy"}, "dp-inf2", fmt.Errorf("RBAC: access denied"))}
@@ -341,6 +356,7 @@ func FuzzTopAgentMetrics(f *testing.F) {
 	f.Add([]byte(`neuron_core_utilization_ratio{node="n",neuron_device="0",neuron_core="1",pod="p",namespace="ns",container="c"} NaN` + "\n"))
 	f.Add([]byte(`neuron_core_memory_used_bytes{node="n",neuron_device="-1",neuron_core="99999999999",pod="p"} 1e300` + "\n"))
 	f.Add([]byte(`neuron_node_devices{node="n",state="used"} +Inf` + "\n" + `neuron_device_healthy{node="n",neuron_device="3",reason="gone"} 0` + "\n"))
+	f.Add([]byte(`neuron_core_executions_total{node="n",neuron_device="x",neuron_core="1"} 1` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := newTopMetrics()
 		if _, _, err := m.add(data); err != nil {
