@@ -68,9 +68,9 @@ Exit codes:
      cleanup --yes while the chart still runs
   2  bad flags, arguments or input (an unreadable manifest, an unknown instance type)
   3  internal error
-  4  no kubeconfig, or the cluster cannot be reached, read or changed (nodes, cleanup)
+  4  no kubeconfig, or the cluster cannot be reached, read or changed (nodes, cleanup, top)
   5  no Neuron node, or a node named is missing or not a Neuron node (nodes); the pod does
-     not exist (explain)`,
+     not exist (explain); no node agent (top)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -79,8 +79,7 @@ Exit codes:
 	root.PersistentFlags().StringArrayVar(&o.catalogFiles, "catalog", nil,
 		"instance catalog file applied over the built-in catalog (repeatable; see docs/catalog.md)")
 	root.AddCommand(newCatalogCommand(o), newPlanCommand(o), newTopologyCommand(o), newSimulateCommand(o), newNodesCommand(o), newCheckCommand(o))
-	root.AddCommand(newCleanupCommand(o))
-	root.AddCommand(newExplainCommand(o))
+	root.AddCommand(newCleanupCommand(o), newExplainCommand(o), newTopCommand(o))
 	return root
 }
 

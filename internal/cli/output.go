@@ -34,6 +34,7 @@ var commandFormats = map[string][]string{
 	"nodes":    {outTable, outWide, outJSON, outYAML, outName, outJSONPath},
 	"cleanup":  {outTable, outJSON, outYAML, outName, outJSONPath},
 	"explain":  {outTable, outJSON, outYAML, outJSONPath},
+	"top":      {outTable, outJSON, outYAML, outJSONPath},
 }
 
 // outputFormat is a parsed -o value.

@@ -267,6 +267,14 @@ func (s *Simulator) checkDevice(device int) error {
 	return nil
 }
 
+// Removed reports whether the device is removed (by this or another Simulator of the tree).
+func (s *Simulator) Removed(device int) (bool, error) {
+	if err := s.checkDevice(device); err != nil {
+		return false, err
+	}
+	return s.isRemoved(device)
+}
+
 // isRemoved reports whether the device's directory is absent (removed by this or another
 // Simulator).
 func (s *Simulator) isRemoved(device int) (bool, error) {
