@@ -38,7 +38,8 @@ func (s busyShape) logicalPerDevice() int { return s.PhysicalPerDevice / max(s.L
 type physCore struct{ Device, Core int }
 
 // heldCores returns, per node of shapes, the physical cores held by pods Running on it: the
-// containers of their kube-neuron.io/allocation record (device-plugin mode) and the Neuron
+// containers of their kube-neuron.io/allocation record (device-plugin mode: the extender writes
+// it at bind, the device plugin for the pods it serves from the kubelet's ids) and the Neuron
 // devices of the ResourceClaims reserved for them (DRA mode; neuronnode holds every device).
 // It reads nothing but its arguments.
 func heldCores(pods []*corev1.Pod, claims []*resourceapi.ResourceClaim, shapes map[string]busyShape) map[string]map[physCore]bool {
@@ -73,12 +74,8 @@ func heldCores(pods []*corev1.Pod, claims []*resourceapi.ResourceClaim, shapes m
 		}
 		node := p.Spec.NodeName
 		running[p.UID] = node
-		v, ok := p.Annotations[allocation.Annotation]
-		if !ok {
-			continue
-		}
-		rec, err := allocation.Parse(v)
-		if err != nil || rec.Node != node {
+		rec, err := allocation.RecordOf(p) // the device plugin writes one for every pod it serves
+		if err != nil || rec == nil || rec.Node != node {
 			continue
 		}
 		lpd := shapes[node].logicalPerDevice()
