@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
@@ -198,5 +199,28 @@ func TestBusyTick(t *testing.T) {
 	d = read().Devices[1]
 	if c := d.Cores[0]; c.MemoryUsedBytes != 0 || c.TimeInUse != before || d.Power.Avg != 0 {
 		t.Errorf("after the pod ended: %+v, power %v; want memory 0, time %v, power 0", c, d.Power.Avg, before)
+	}
+}
+
+// TestStartBusy runs the loop on a fake API with a Running pod that holds a device and waits
+// until the device's cores are in use in the tree; stopping it returns.
+func TestStartBusy(t *testing.T) {
+	dir := t.TempDir()
+	faultLab(t, dir)
+	pod := busyPod("a", "inf2-a", corev1.PodRunning, &allocation.Record{Node: "inf2-a", Containers: []allocation.Container{
+		{Name: "c", Resource: topology.ResourceNeuron, Devices: []int{0}}}})
+	stop := startBusy(context.Background(), fake.NewClientset(pod), dir)
+	defer stop()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, err := (&neuron.Sysfs{Root: nodeSysfsRoot(dir, "inf2-a")}).ReadStats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := st.Devices[0].Cores; c[0].TimeInUse > 0 && c[1].TimeInUse > 0 && st.Devices[0].Power.Avg > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the held device did not get busy within 20 s: %+v", st.Devices[0])
+		}
 	}
 }
