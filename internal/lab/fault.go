@@ -137,3 +137,9 @@ func ApplyFault(sim *neuron.Simulator, node string, device int, action FaultActi
 	}
 	return "", fmt.Errorf("unknown fault action %q: use %s, %s or %s", action, FaultECCUncorrected, FaultRemove, FaultClear)
 }
+
+// Fault does action to a device of one of the lab's nodes, as `neuron-lab fault` does to a lab
+// started by Serve (for tests, which run the lab in their own process).
+func (l *Lab) Fault(node string, device int, action FaultAction) (string, error) {
+	return faultTree(FaultOptions{Dir: l.cp.Dir(), Node: node, Device: device, Action: action})
+}

@@ -10,7 +10,7 @@ import (
 )
 
 // faultLab writes the simulated trees of two nodes where a lab in dir keeps them.
-func faultLab(t *testing.T, dir string) {
+func faultLab(t testing.TB, dir string) {
 	t.Helper()
 	for node, typ := range map[string]string{"trn2-a": "trn2.48xlarge", "inf2-a": "inf2.xlarge"} {
 		it, err := topology.DefaultCatalog().Get(typ)

@@ -52,6 +52,7 @@ type Simulator struct {
 	// the device had when this Simulator removed it, zero after ClearErrors.
 	comeBack  [][3]uint64
 	coreStats bool // SimOptions.CoreStats: RestoreDevice writes every core counter too
+	lnc       int  // SimOptions.LNC, or the type's default
 	now       func() time.Time
 }
 
@@ -108,6 +109,10 @@ func Simulate(opts SimOptions) (*Simulator, error) {
 
 	s := newSimulator(opts.Root, t, adj)
 	s.coreStats = opts.CoreStats
+	s.lnc = opts.LNC
+	if s.lnc == 0 {
+		s.lnc = t.DefaultLNC
+	}
 	if err := s.writeNode(opts); err != nil {
 		return nil, fmt.Errorf("simulating %s in %s: %w", t.Name, opts.Root, err)
 	}
@@ -318,7 +323,7 @@ func (s *Simulator) writeNode(opts SimOptions) error {
 			return err
 		}
 	}
-	if err := writeSimMarker(s.root, t); err != nil {
+	if err := writeSimMarker(s.root, t, opts.LNC); err != nil {
 		return err
 	}
 	files := map[string]string{

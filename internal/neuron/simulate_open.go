@@ -18,10 +18,14 @@ const simMarkerFile = ".sim/node.json"
 // simMarker is the content of simMarkerFile.
 type simMarker struct {
 	InstanceType topology.InstanceType `json:"instanceType"`
+	LNC          int                   `json:"lnc"` // as the node runs: SimOptions.LNC, else the type's default
 }
 
-func writeSimMarker(root string, t topology.InstanceType) error {
-	data, err := json.Marshal(simMarker{InstanceType: t})
+func writeSimMarker(root string, t topology.InstanceType, lnc int) error {
+	if lnc == 0 {
+		lnc = t.DefaultLNC
+	}
+	data, err := json.Marshal(simMarker{InstanceType: t, LNC: lnc})
 	if err != nil {
 		return err
 	}
@@ -55,8 +59,14 @@ func OpenSimulator(root string) (*Simulator, error) {
 	if _, err := os.Stat(filepath.Join(root, devicesDir)); err != nil {
 		return nil, fmt.Errorf("opening the simulated Neuron tree: %w", err)
 	}
-	return newSimulator(root, t, adj), nil
+	s := newSimulator(root, t, adj)
+	s.lnc = m.LNC
+	return s, nil
 }
 
 // InstanceType returns the instance type the tree simulates.
 func (s *Simulator) InstanceType() topology.InstanceType { return s.t }
+
+// LNC returns the node's logical NeuronCore config: SimOptions.LNC, or the type's default when
+// that was 0 (0 for a tree written before Simulate recorded it).
+func (s *Simulator) LNC() int { return s.lnc }

@@ -107,9 +107,6 @@ func (s *Simulator) SetCoreMemory(device, core int, bytes uint64) error {
 	if cur == bytes {
 		return nil
 	}
-	if err := s.mkdirBelowDevice(device, filepath.Join(statsCoreDirPrefix+strconv.Itoa(core), statsDeviceMemDir, simMemoryCategory)); err != nil {
-		return fmt.Errorf("setting the memory of core %d: %w", core, s.liveErr(device, err))
-	}
 	peak, err := readStatValue(filepath.Join(dir, counterPeakFile), "number of bytes")
 	if err != nil {
 		return fmt.Errorf("setting the memory of device %d core %d: %w", device, core, err)
@@ -129,7 +126,8 @@ func (s *Simulator) SetCoreMemory(device, core int, bytes uint64) error {
 		}{counterPeakFile, bytes})
 	}
 	for _, f := range writes {
-		if err := writeFileAtomic(filepath.Join(dir, f.file), []byte(strconv.FormatUint(f.v, 10)+"\n")); err != nil {
+		rel := filepath.Join(statsCoreDirPrefix+strconv.Itoa(core), statsDeviceMemDir, simMemoryCategory, f.file)
+		if err := s.writeCoreFile(device, rel, f.v); err != nil {
 			return fmt.Errorf("setting the memory of core %d: %w", core, s.liveErr(device, err))
 		}
 	}
@@ -151,6 +149,21 @@ func (s *Simulator) AddExecutions(device, core int, status string, n uint64) err
 		return fmt.Errorf("adding executions on device %d core %d: unknown status %q: use one of %v", device, core, status, ExecutionStatuses())
 	}
 	return s.addCoreCounter(device, core, filepath.Join(statsStatusDir, status, counterTotalFile), n, "execution count")
+}
+
+// writeCoreFile replaces the counter file rel (relative to the device directory) with v; the
+// first write of a counter makes its directories, below the device directory only.
+func (s *Simulator) writeCoreFile(device int, rel string, v uint64) error {
+	path := filepath.Join(s.deviceDir(device), rel)
+	data := []byte(strconv.FormatUint(v, 10) + "\n")
+	err := writeFileAtomic(path, data)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := s.mkdirBelowDevice(device, filepath.Dir(rel)); err != nil {
+		return err
+	}
+	return writeFileAtomic(path, data)
 }
 
 // mkdirBelowDevice makes the directories of rel under a device's directory, one level at a time
@@ -179,9 +192,6 @@ func (s *Simulator) addCoreCounter(device, core int, rel string, n uint64, what 
 	}
 	coreRel := filepath.Join(statsCoreDirPrefix+strconv.Itoa(core), rel)
 	path := filepath.Join(s.deviceDir(device), coreRel)
-	if err := s.mkdirBelowDevice(device, filepath.Dir(coreRel)); err != nil {
-		return fmt.Errorf("raising a counter of core %d: %w", core, s.liveErr(device, err))
-	}
 	cur, err := readStatValue(path, what)
 	if err != nil {
 		return fmt.Errorf("raising a counter of device %d core %d: %w", device, core, err)
@@ -189,7 +199,7 @@ func (s *Simulator) addCoreCounter(device, core int, rel string, n uint64, what 
 	if n > math.MaxUint64-cur {
 		return fmt.Errorf("raising %s: it would overflow (now %d, adding %d)", path, cur, n)
 	}
-	if err := writeFileAtomic(path, []byte(strconv.FormatUint(cur+n, 10)+"\n")); err != nil {
+	if err := s.writeCoreFile(device, coreRel, cur+n); err != nil {
 		return fmt.Errorf("raising a counter of core %d: %w", core, s.liveErr(device, err))
 	}
 	return nil

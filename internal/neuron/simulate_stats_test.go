@@ -198,8 +198,8 @@ func TestOpenSimulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if other.InstanceType().Name != "trn2.48xlarge" {
-		t.Errorf("opened type %q", other.InstanceType().Name)
+	if other.InstanceType().Name != "trn2.48xlarge" || other.LNC() != 2 || lab.LNC() != 2 {
+		t.Errorf("opened type %q LNC %d (the writer's %d), want trn2.48xlarge at LNC 2", other.InstanceType().Name, other.LNC(), lab.LNC())
 	}
 	if err := lab.InjectError(4, MemECC, 2); err != nil {
 		t.Fatal(err)
