@@ -180,6 +180,10 @@ func Run(ctx context.Context, o Options) error {
 	if code := cli.Main([]string{"nodes", "--kubeconfig", l.Kubeconfig()}, out, &stderr); code != 0 {
 		fmt.Fprintf(out, "kubectl-neuron nodes failed (exit %d): %s\n", code, stderr.String())
 	}
+	if skipped == "" {
+		topAct(out, l)
+	}
+	explainAct(out, l, pods)
 	return scaleUp(ctx, out, l, o.Wait)
 }
 
