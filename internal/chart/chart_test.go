@@ -32,6 +32,8 @@ var (
 		"ClusterRoleBinding /neuron-device-plugin",
 		"DaemonSet kube-system/neuron-device-plugin",
 		"ServiceAccount kube-system/neuron-device-plugin",
+		"ValidatingAdmissionPolicy /neuron-device-plugin-node-status-policy",
+		"ValidatingAdmissionPolicyBinding /neuron-device-plugin-node-status-policy-binding",
 	}
 	npdObjects = []string{
 		"ClusterRole /neuron-node-problem-detector",
@@ -237,6 +239,7 @@ func checkDevicePluginRBAC(t *testing.T, m manifest, ns string) {
 	role := get[rbacv1.ClusterRole](t, m, "ClusterRole", "", "neuron-device-plugin")
 	wantRules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if !reflect.DeepEqual(role.Rules, wantRules) {
@@ -552,6 +555,7 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 	if got, want := m.names(), sorted([]string{
 		"ClusterRole /neuron-device-plugin", "ClusterRoleBinding /neuron-device-plugin",
 		"DaemonSet neuron/neuron-device-plugin", "ServiceAccount neuron/neuron-device-plugin",
+		"ValidatingAdmissionPolicy /" + devicePluginPolicy, "ValidatingAdmissionPolicyBinding /" + devicePluginPolicy + "-binding",
 	}); !slices.Equal(got, want) {
 		t.Fatalf("rendered %q, want %q", got, want)
 	}
