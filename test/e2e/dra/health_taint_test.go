@@ -109,3 +109,32 @@ func TestHealthTaint(t *testing.T) {
 		t.Errorf("no NeuronDeviceUnhealthy event on trn2-a says the device is tainted: %d events", len(events.Items))
 	}
 }
+
+// TestHealthTaintUltraServerNode: on trn2u, neuronnode follows its devices: a device that
+// disappears taints it and the device with "gone", and both taints go when it is back.
+func TestHealthTaintUltraServerNode(t *testing.T) {
+	ctx, _ := setup(t)
+	node := ""
+	for _, spec := range framework.L.Nodes() {
+		if spec.UltraServer != nil {
+			node = spec.Name
+			break
+		}
+	}
+	if node == "" {
+		t.Fatal("the fleet has no UltraServer node")
+	}
+	hw := framework.L.Simulator().Node(node).Hardware()
+	t.Cleanup(func() { _ = hw.RestoreDevice(5) })
+	waitTaint(t, ctx, node, dra.NodeDeviceName, "")
+	if err := hw.RemoveDevice(5); err != nil {
+		t.Fatal(err)
+	}
+	waitTaint(t, ctx, node, "neurondevice5", neuron.ReasonGone)
+	waitTaint(t, ctx, node, dra.NodeDeviceName, neuron.ReasonGone)
+	if err := hw.RestoreDevice(5); err != nil {
+		t.Fatal(err)
+	}
+	waitTaint(t, ctx, node, "neurondevice5", "")
+	waitTaint(t, ctx, node, dra.NodeDeviceName, "")
+}
