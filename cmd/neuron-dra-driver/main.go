@@ -35,18 +35,23 @@ func main() {
 	fs.DurationVar(&o.HealthInterval, "health-interval", 1e9, "how often device health is checked")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", ":9465", "address of /metrics, /healthz and /readyz; empty disables them")
 	fs.DurationVar(&o.MetricsSampleInterval, "metrics-sample-interval", 10e9, "how often the Neuron driver's counters (power, ECC, core memory, time in use, executions) are read for /metrics; core utilization is the rate of time in use between the last two samples")
+	fs.StringVar(&o.UncorrectableErrorTaintEffect, "uncorrectable-error-taint-effect", "NoSchedule", "effect of the DRA device taint neuron.aws.com/unhealthy=ecc-uncorrected: NoSchedule or NoExecute (evicts the pods of claims that hold the device); other unhealthy devices taint NoSchedule")
 	fs.StringVar(&catalog, "catalog", "", "instance catalog file applied over the built-in one")
 	env := map[string]string{
 		"node-name": "NODE_NAME", "kubeconfig": "KUBECONFIG", "sysfs-root": "NEURON_SYSFS_ROOT", "cdi-root": "CDI_ROOT",
 		"kubelet-registrar-directory-path": "KUBELET_REGISTRAR_DIRECTORY_PATH", "kubelet-plugins-directory-path": "KUBELET_PLUGINS_DIRECTORY_PATH",
 		"pod-uid": "POD_UID", "healthcheck-port": "HEALTHCHECK_PORT", "health-interval": "NEURON_HEALTH_INTERVAL",
 		"metrics-address": "NEURON_METRICS_ADDRESS", "metrics-sample-interval": "NEURON_METRICS_SAMPLE_INTERVAL", "catalog": "NEURON_CATALOG",
+		"uncorrectable-error-taint-effect": "NEURON_UNCORRECTABLE_ERROR_TAINT_EFFECT",
 	}
 	flagenv.Annotate(fs, env)
 	klog.InitFlags(nil)
 	fs.AddGoFlagSet(flag.CommandLine)
 	_ = fs.Parse(os.Args[1:])
 	err := flagenv.Bind(fs, env)
+	if err == nil {
+		_, err = dra.ParseTaintEffect(o.UncorrectableErrorTaintEffect)
+	}
 	if err == nil {
 		o.Catalog, err = loadCatalog(catalog)
 	}

@@ -34,6 +34,8 @@ var (
 		"ServiceAccount kube-system/neuron-device-plugin",
 		"NetworkPolicy kube-system/neuron-device-plugin-metrics",
 		dashboardObject,
+		"ValidatingAdmissionPolicy /neuron-device-plugin-node-status-policy",
+		"ValidatingAdmissionPolicyBinding /neuron-device-plugin-node-status-policy-binding",
 	}
 	npdObjects = []string{
 		"ClusterRole /neuron-node-problem-detector",
@@ -243,6 +245,7 @@ func checkDevicePluginRBAC(t *testing.T, m manifest, ns string) {
 	role := get[rbacv1.ClusterRole](t, m, "ClusterRole", "", "neuron-device-plugin")
 	wantRules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if !reflect.DeepEqual(role.Rules, wantRules) {
@@ -559,6 +562,7 @@ func TestValuesReachTheDaemonSet(t *testing.T) {
 		"ClusterRole /neuron-device-plugin", "ClusterRoleBinding /neuron-device-plugin",
 		"DaemonSet neuron/neuron-device-plugin", "ServiceAccount neuron/neuron-device-plugin",
 		"NetworkPolicy neuron/neuron-device-plugin-metrics", dashboardObject,
+		"ValidatingAdmissionPolicy /" + devicePluginPolicy, "ValidatingAdmissionPolicyBinding /" + devicePluginPolicy + "-binding",
 	}); !slices.Equal(got, want) {
 		t.Fatalf("rendered %q, want %q", got, want)
 	}

@@ -119,6 +119,7 @@ func TestComponentPods(t *testing.T) {
 		{Name: "HEALTHCHECK_PORT", Value: "51515"},
 		{Name: "NEURON_HEALTH_INTERVAL", Value: "1s"},
 		{Name: "NEURON_METRICS_ADDRESS", Value: ":9465"},
+		{Name: "NEURON_UNCORRECTABLE_ERROR_TAINT_EFFECT", Value: "NoSchedule"},
 	}
 	draSecurity := &corev1.SecurityContext{Privileged: ptr.To(true), ReadOnlyRootFilesystem: ptr.To(true)}
 	autoscalerAffinity := &corev1.Affinity{

@@ -275,6 +275,7 @@ func TestDRAValuesReachTheDaemonSet(t *testing.T) {
 		"draDriver.healthcheckPort=50000",
 		"draDriver.healthInterval=5s",
 		"draDriver.metricsPort=9000",
+		"draDriver.uncorrectableErrorTaintEffect=NoExecute",
 		"draDriver.validatingAdmissionPolicy=false",
 		"draDriver.priorityClassName=neuron",
 		"draDriver.resources.limits.memory=1Gi",
@@ -304,13 +305,14 @@ func TestDRAValuesReachTheDaemonSet(t *testing.T) {
 		env[e.Name] = e.Value
 	}
 	for k, v := range map[string]string{
-		"NEURON_SYSFS_ROOT":                "/host",
-		"CDI_ROOT":                         "/etc/cdi",
-		"KUBELET_REGISTRAR_DIRECTORY_PATH": "/kubelet/registry",
-		"KUBELET_PLUGINS_DIRECTORY_PATH":   "/kubelet/plugins",
-		"HEALTHCHECK_PORT":                 "50000",
-		"NEURON_HEALTH_INTERVAL":           "5s",
-		"NEURON_METRICS_ADDRESS":           ":9000",
+		"NEURON_SYSFS_ROOT":                       "/host",
+		"CDI_ROOT":                                "/etc/cdi",
+		"KUBELET_REGISTRAR_DIRECTORY_PATH":        "/kubelet/registry",
+		"KUBELET_PLUGINS_DIRECTORY_PATH":          "/kubelet/plugins",
+		"HEALTHCHECK_PORT":                        "50000",
+		"NEURON_HEALTH_INTERVAL":                  "5s",
+		"NEURON_METRICS_ADDRESS":                  ":9000",
+		"NEURON_UNCORRECTABLE_ERROR_TAINT_EFFECT": "NoExecute",
 	} {
 		if env[k] != v {
 			t.Errorf("env %s = %q, want %q", k, env[k], v)
@@ -345,6 +347,7 @@ func TestDRASchemaRejectsBadValues(t *testing.T) {
 		{"draDriver.healthcheckPort=0", "/draDriver/healthcheckPort"},
 		{"draDriver.metricsPort=70000", "/draDriver/metricsPort"},
 		{"draDriver.healthInterval=soon", "/draDriver/healthInterval"},
+		{"draDriver.uncorrectableErrorTaintEffect=None", "/draDriver/uncorrectableErrorTaintEffect"},
 		{"draDriver.sysfsRoot=host", "/draDriver/sysfsRoot"},
 		{"draDriver.cdiRoot=var/run/cdi", "/draDriver/cdiRoot"},
 		{"draDriver.kubeletRegistrarDirectoryPath=plugins_registry", "/draDriver/kubeletRegistrarDirectoryPath"},

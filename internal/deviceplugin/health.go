@@ -14,7 +14,8 @@ import (
 
 // checkHealth reads the devices again: a device whose uncorrectable error counters rose, or
 // that disappeared, turns unhealthy; it is healthy again once its counters are back at or below
-// what they were when it was last healthy (a driver reset clears them) and it is present.
+// what they were when it was last healthy (a driver reset clears them) and it is present. The
+// Node condition NeuronDevicesHealthy follows: False while every device is unhealthy.
 func (p *Plugin) checkHealth(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	node, err := p.hw.Discover(ctx)
@@ -26,6 +27,7 @@ func (p *Plugin) checkHealth(ctx context.Context) {
 	p.mu.Lock()
 	changes := p.health.Update(node)
 	bad := p.health.UnhealthyCount()
+	reasons := p.health.Reasons()
 	p.mu.Unlock()
 	p.metrics.unhealthy.Set(float64(bad))
 	nodeRef := &corev1.ObjectReference{Kind: "Node", Name: p.o.NodeName, UID: types.UID(p.o.NodeName)}
@@ -38,6 +40,9 @@ func (p *Plugin) checkHealth(ctx context.Context) {
 			logger.Info("Neuron device unhealthy", "device", c.Device, "reason", c.Reason)
 			p.recorder.Eventf(nodeRef, corev1.EventTypeWarning, "NeuronDeviceUnhealthy", "Neuron device %d (/dev/neuron%d) is unhealthy: %s. It and its cores %s are withdrawn from %s until it recovers; pods already using it keep it. Check the node with neuron-top or the Neuron driver's logs (dmesg | grep -i neuron)", c.Device, c.Device, c.Reason, cores, strings.Join(Resources, ", "))
 		}
+	}
+	if p.o.Client != nil {
+		p.syncNodeCondition(ctx, reasons)
 	}
 }
 

@@ -110,6 +110,8 @@ type Plugin struct {
 	reported   map[string]bool // pod UID + message: problems of published-stack annotations already reported
 	// savedCheckpoint is the checkpoint's content as last written or read.
 	savedCheckpoint []byte
+	// nodeCondition is NodeCondition as last written (only the health check uses it).
+	nodeCondition nodeConditionState
 
 	refreshCh chan struct{}
 	// podResources lists the kubelet's PodResources; nil calls listPodResources (tests set it).

@@ -67,6 +67,9 @@ type Options struct {
 	MetricsSampleInterval time.Duration
 	// HealthcheckPort serves the gRPC health service LivenessService; 0 disables it.
 	HealthcheckPort int
+	// UncorrectableErrorTaintEffect is the effect of the taint of a device with uncorrectable
+	// errors: NoSchedule ("" too) or NoExecute. Other unhealthy devices taint NoSchedule.
+	UncorrectableErrorTaintEffect string
 }
 
 // Driver is the kubelet plugin of neuron.aws.com on one node.
@@ -85,7 +88,12 @@ type Driver struct {
 	mu         sync.Mutex
 	checkpoint *Checkpoint
 	health     *neuron.Health
+	since      []time.Time // when each unhealthy device turned unhealthy
 	helper     *kubeletplugin.Helper
+	// taintEffect is the parsed UncorrectableErrorTaintEffect; removeUnhealthy is set once the
+	// API server turned out not to serve device taints: unhealthy devices then leave the slice.
+	taintEffect     resourceapi.DeviceTaintEffect
+	removeUnhealthy atomic.Bool
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -125,7 +133,12 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	effect, err := ParseTaintEffect(o.UncorrectableErrorTaintEffect)
+	if err != nil {
+		return nil, err
+	}
 	d := &Driver{
+		taintEffect: effect, since: make([]time.Time, len(node.Devices)),
 		o: o, hw: hw, metrics: newMetrics(),
 		dataDir: filepath.Join(o.PluginsDir, DriverName),
 		health:  neuron.NewHealth(len(node.Devices), node),
@@ -300,7 +313,9 @@ func (d *Driver) labelNode(ctx context.Context) (*corev1.Node, error) {
 // publish hands the node's current devices to the ResourceSlice controller.
 func (d *Driver) publish(ctx context.Context) error {
 	d.mu.Lock()
-	res := Resources(d.info, d.health.Unhealthy())
+	res := HealthResources(d.info, DeviceHealth{
+		Reasons: d.health.Reasons(), Since: d.since, UncorrectableEffect: d.taintEffect, Remove: d.removeUnhealthy.Load(),
+	})
 	helper := d.helper
 	d.metrics.unhealthy.Set(float64(d.health.UnhealthyCount()))
 	d.mu.Unlock()
@@ -319,7 +334,8 @@ func (d *Driver) publish(ctx context.Context) error {
 }
 
 // checkHealth reads the devices again and republishes when one changed state: an unhealthy
-// device leaves the slice, and comes back when it is healthy.
+// device gets the taint UnhealthyTaintKey (or leaves the slice when the API server does not
+// serve taints), which goes when it is healthy.
 func (d *Driver) checkHealth(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	node, err := d.hw.Discover(ctx)
@@ -332,6 +348,7 @@ func (d *Driver) checkHealth(ctx context.Context) {
 	}
 	d.mu.Lock()
 	changes := d.health.Update(node)
+	UpdateSince(d.since, changes, time.Now())
 	d.mu.Unlock()
 	if len(changes) == 0 {
 		return
@@ -340,10 +357,10 @@ func (d *Driver) checkHealth(ctx context.Context) {
 	for _, c := range changes {
 		if c.Healthy {
 			logger.Info("Neuron device healthy again", "device", c.Device)
-			d.recorder.Eventf(nodeRef, corev1.EventTypeNormal, "NeuronDeviceHealthy", "Neuron device %d (/dev/neuron%d) is healthy again: %s; %s is back in the node's ResourceSlice", c.Device, c.Device, c.Reason, DeviceName(c.Device))
+			d.recorder.Eventf(nodeRef, corev1.EventTypeNormal, "NeuronDeviceHealthy", "Neuron device %d (/dev/neuron%d) is healthy again: %s; %s", c.Device, c.Device, c.Reason, d.healthyAgain(c.Device))
 		} else {
 			logger.Info("Neuron device unhealthy", "device", c.Device, "reason", c.Reason)
-			d.recorder.Eventf(nodeRef, corev1.EventTypeWarning, "NeuronDeviceUnhealthy", "Neuron device %d (/dev/neuron%d) is unhealthy: %s. %s leaves the node's ResourceSlice until it recovers; claims already prepared keep it. Check the node with neuron-top or the Neuron driver's logs (dmesg | grep -i neuron)", c.Device, c.Device, c.Reason, DeviceName(c.Device))
+			d.recorder.Eventf(nodeRef, corev1.EventTypeWarning, "NeuronDeviceUnhealthy", "Neuron device %d (/dev/neuron%d) is unhealthy: %s. %s until it recovers; claims already prepared keep it. Check the node with neuron-top or the Neuron driver's logs (dmesg | grep -i neuron)", c.Device, c.Device, c.Reason, d.unhealthyNow(c.Device, c.Code))
 		}
 	}
 	if err := d.publish(ctx); err != nil {
@@ -491,6 +508,12 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 }
 
 // HandleError logs errors of the background work (ResourceSlice publishing); all are retried.
+// When the API server dropped the device taints (it does not serve them) the driver falls back,
+// once, to leaving unhealthy devices out of the slice.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	if TaintsDropped(err) && d.removeUnhealthy.CompareAndSwap(false, true) {
+		d.taintsNotServed(ctx)
+		return
+	}
 	klog.FromContext(ctx).Error(err, msg)
 }

@@ -40,11 +40,15 @@ const (
 // (names as `kube-controller-manager --help` lists them for v1.36): those the lab's workloads
 // need, and those real nodes need (DaemonSets, the kube-root-ca.crt ConfigMap every pod mounts,
 // the aggregated ClusterRoles the chart's RBAC may extend, EndpointSlices for Services). No node
-// lifecycle controller runs, so nodes are never tainted or evicted for missing heartbeats.
+// lifecycle controller runs, so nodes are never tainted or evicted for missing heartbeats. The
+// device-taint eviction controller evicts the pods of claims whose devices carry a NoExecute DRA
+// device taint (the DRA driver's uncorrectable-error taint; DRADeviceTaints is on by default in
+// v1.36).
 const KubeControllerManagerControllers = "resourceclaim-controller,garbage-collector-controller," +
 	"namespace-controller,serviceaccount-controller,serviceaccount-token-controller," +
 	"deployment-controller,replicaset-controller,statefulset-controller,job-controller,pod-garbage-collector-controller," +
-	"daemonset-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller,endpointslice-controller"
+	"daemonset-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller,endpointslice-controller," +
+	"device-taint-eviction-controller"
 
 // Client settings of the admin config and of every control-plane component.
 const (

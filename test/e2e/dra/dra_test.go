@@ -468,28 +468,6 @@ func TestUltraServer(t *testing.T) {
 	running(t, ctx, ns, "on-free-node")
 }
 
-func TestUnhealthyDeviceLeavesTheSlice(t *testing.T) {
-	ctx, _ := setup(t)
-	hw := framework.L.Simulator().Node("trn2-a").Hardware()
-	has := func(want bool) {
-		framework.WaitFor(t, ctx, 30*time.Second, fmt.Sprintf("neurondevice3 published = %v", want), func(ctx context.Context) (bool, string, error) {
-			_, ok := sliceDevices(t, ctx, "trn2-a")["neurondevice3"]
-			return ok == want, fmt.Sprintf("published = %v", ok), nil
-		})
-	}
-	if err := hw.InjectError(3, neuron.MemECC, 2); err != nil {
-		t.Fatal(err)
-	}
-	has(false)
-	if n := len(sliceDevices(t, ctx, "trn2-a")); n != 15 {
-		t.Errorf("%d devices published with one unhealthy, want 15", n)
-	}
-	if err := hw.ClearErrors(3); err != nil {
-		t.Fatal(err)
-	}
-	has(true)
-}
-
 func TestDriverRestartKeepsPreparedClaims(t *testing.T) {
 	ctx, ns := setup(t)
 	example(t, ctx, ns, "single-neuron-device.yaml")
