@@ -158,7 +158,7 @@ func TestMetricsHolders(t *testing.T) {
 	})
 
 	ns := framework.CreateNamespace(t, ctx)
-	createPod(t, ctx, ns, podSpec{name: "devices", node: node, containers: []ctr{{"app", neuronRes, 2}}})
+	createPod(t, ctx, ns, podSpec{name: "devices", node: node, containers: []ctr{{"app", neuronRes, 4}}})
 	createPod(t, ctx, ns, podSpec{name: "two", node: node, containers: []ctr{{"whole", deviceRes, 1}, {"part", coreRes, 2}}})
 	heldCores, heldDevices := map[string][]int{}, map[string][]int{}
 	for _, name := range []string{"devices", "two"} {
