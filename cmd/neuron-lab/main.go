@@ -38,7 +38,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	p.StringVar(&f.fleetFile, "fleet", "", "fleet file (default: one inf2.48xlarge, one trn1.32xlarge, one trn2.48xlarge in DRA mode)")
 	f.real.add(root)
 	root.AddCommand(upCommand(f, stdout), downCommand(f, stdout), statusCommand(f, stdout), serveCommand(f), demoCommand(f, stdout),
-		registryCommand(), nodeInitCommand())
+		registryCommand(), nodeInitCommand(), faultCommand(f, stdout))
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -133,6 +133,7 @@ type Lab struct {
 	adopted     map[string]NodeSpec // nodes created through the API (LocalProviderIDPrefix) and simulated
 	stopAdopt   context.CancelFunc
 	adoptDone   chan struct{}
+	stopBusy    func() // stops the loop that makes held devices look busy (busy.go)
 
 	real *realLab // nil without real nodes
 }
@@ -539,6 +540,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	adoptCtx, stopAdopt := context.WithCancel(klog.NewContext(context.Background(), logger))
 	l.stopAdopt, l.adoptDone = stopAdopt, make(chan struct{})
 	go l.adoptLoop(adoptCtx, cat)
+	l.stopBusy = startBusy(klog.NewContext(context.Background(), logger), l.client, cp.Dir())
 	if o.LWS {
 		if err := l.startLWS(ctx, o.LWSDir); err != nil {
 			return fail(err)
@@ -569,6 +571,9 @@ func (l *Lab) Stop() error {
 	if l.stopAdopt != nil {
 		l.stopAdopt()
 		<-l.adoptDone
+	}
+	if l.stopBusy != nil {
+		l.stopBusy()
 	}
 	l.mu.Lock()
 	comps := l.components

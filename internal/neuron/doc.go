@@ -61,11 +61,19 @@
 // # What Simulate writes
 //
 // The tree above for one instance type: core_count, connected_devices from topology.Adjacency
-// in the driver's format, architecture strings by family, zero counters, product_name, the
-// module version, logical_nc_config when SimOptions.LNC is set, the UltraServer attributes
-// (the driver's "none" values unless SimOptions.UltraServer is set), a host bridge and an ENA
-// PCI device the reader must skip, and with SimOptions.EFA synthetic EFA devices at
-// EFAAddresses. Every file is replaced atomically (temporary file and rename), and devices are
-// removed and restored with a single directory rename, so a concurrent reader sees either the
-// old or the new state.
+// in the driver's format, architecture strings by family, the three ECC counters (total and
+// present, 0), power utilization POWER_STATUS_VALID at 0 % stamped with the time of writing,
+// product_name, the module version, logical_nc_config when SimOptions.LNC is set, the
+// UltraServer attributes (the driver's "none" values unless SimOptions.UltraServer is set), a
+// host bridge and an ENA PCI device the reader must skip, and with SimOptions.EFA synthetic EFA
+// devices at EFAAddresses. A core's usage counters (neuron_coreK/...) appear when the Simulator
+// first moves them (SetCoreMemory in the tensors category, AddCoreTime, AddExecutions); absent
+// ones read as 0. SimOptions.CoreStats writes all of them (every memory category, every status,
+// nc_time_in_use) at the start instead, at a cost of about 30 directories per core. A marker
+// under .sim/ records the instance type so OpenSimulator can act on the tree from another
+// process; the tree is the Simulator's state (counters are read back before they are raised,
+// a device is removed when its directory is absent). Every file is replaced atomically
+// (temporary file and rename), no change recreates a removed device's directory, and devices
+// are removed and restored with a single directory rename, so a concurrent reader sees either
+// the old or the new state.
 package neuron

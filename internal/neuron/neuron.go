@@ -67,13 +67,16 @@ type Hardware interface {
 // node's position in its UltraServer; retry after a few seconds.
 var ErrUltraServerBusy = errors.New("the Neuron driver is still forming the UltraServer (node id reads busy): retry in a few seconds")
 
-// Counter names one of a device's uncorrectable error counters.
+// Counter names one of a device's ECC error counters.
 type Counter int
 
-// Error counters.
+// Error counters. MemECC and SRAMECC are uncorrectable errors and count in Device.ErrorCount;
+// MemECCRepairable counts HBM errors the device repaired, which Discover does not read and which
+// do not make a device unhealthy (ReadStats reports it).
 const (
-	MemECC  Counter = iota + 1 // stats/hardware/mem_ecc_uncorrected/total
-	SRAMECC                    // stats/hardware/sram_ecc_uncorrected/total
+	MemECC           Counter = iota + 1 // stats/hardware/mem_ecc_uncorrected/total
+	SRAMECC                             // stats/hardware/sram_ecc_uncorrected/total
+	MemECCRepairable                    // stats/hardware/mem_ecc_repairable_uncorrected/total
 )
 
 // String returns the counter's sysfs directory name.
@@ -83,11 +86,16 @@ func (c Counter) String() string {
 		return "mem_ecc_uncorrected"
 	case SRAMECC:
 		return "sram_ecc_uncorrected"
+	case MemECCRepairable:
+		return memECCRepairableDir
 	}
 	return fmt.Sprintf("Counter(%d)", int(c))
 }
 
-func (c Counter) valid() bool { return c == MemECC || c == SRAMECC }
+func (c Counter) valid() bool { return c == MemECC || c == SRAMECC || c == MemECCRepairable }
+
+// allCounters lists every Counter, in order (Counter c is at index c-1).
+func allCounters() []Counter { return []Counter{MemECC, SRAMECC, MemECCRepairable} }
 
 // Shape is the node's shape: its catalog entry, its LNC and the device graph built from the links
 // the driver reports (not the catalog's: a node whose links differ from the catalog's topology

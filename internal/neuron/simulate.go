@@ -3,12 +3,14 @@ package neuron
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -28,18 +30,30 @@ type SimOptions struct {
 	UltraServer   *UltraServer          // only for types with UltraServerNodes > 0; nil: not in an UltraServer
 	EFA           bool                  // write synthetic EFA PCI devices (families trn1, trn1n, trn2, trn2u, trn3)
 	EFABusBase    int                   // first EFA PCI bus; 0 means DefaultEFABusBase. Vary it to tell simulated nodes apart
+
+	// CoreStats also writes every per-core usage counter of the driver, zero, at the start (each
+	// memory category, each execution status, nc_time_in_use). Without it a core's counter files
+	// appear when the Simulator first moves them, and readers take the absent ones as 0. It
+	// costs about 30 directories per core (seconds for a trn2.48xlarge tree on a slow disk).
+	CoreStats bool
 }
 
 // Simulator is a simulated node's sysfs tree. Its methods change the tree the way the driver
 // would, each file replaced atomically, so a concurrent Sysfs reader never sees a half-written
-// file. It is safe for concurrent use.
+// file. It is safe for concurrent use. The tree itself is the state (counters are read back
+// before they are raised, a device is removed when its directory is absent), so several
+// Simulators, in several processes (see OpenSimulator), can act on one tree.
 type Simulator struct {
-	mu       sync.Mutex
-	root     string
-	t        topology.InstanceType
-	adj      [][]int
-	counters [][2]uint64 // per device, indexed by Counter-1
-	removed  []bool
+	mu   sync.Mutex
+	root string
+	t    topology.InstanceType
+	adj  [][]int
+	// comeBack holds, per device, the counters (indexed by Counter-1) RestoreDevice writes: those
+	// the device had when this Simulator removed it, zero after ClearErrors.
+	comeBack  [][3]uint64
+	coreStats bool // SimOptions.CoreStats: RestoreDevice writes every core counter too
+	lnc       int  // SimOptions.LNC, or the type's default
+	now       func() time.Time
 }
 
 // Simulate writes the sysfs tree of a node of opts.InstanceType under opts.Root (start readers
@@ -93,12 +107,11 @@ func Simulate(opts SimOptions) (*Simulator, error) {
 		return nil, fmt.Errorf("simulating %s: %w", t.Name, err)
 	}
 
-	s := &Simulator{
-		root:     opts.Root,
-		t:        t,
-		adj:      adj,
-		counters: make([][2]uint64, t.Devices),
-		removed:  make([]bool, t.Devices),
+	s := newSimulator(opts.Root, t, adj)
+	s.coreStats = opts.CoreStats
+	s.lnc = opts.LNC
+	if s.lnc == 0 {
+		s.lnc = t.DefaultLNC
 	}
 	if err := s.writeNode(opts); err != nil {
 		return nil, fmt.Errorf("simulating %s in %s: %w", t.Name, opts.Root, err)
@@ -130,10 +143,15 @@ func checkSimUltraServer(t topology.InstanceType, us *UltraServer) error {
 	return nil
 }
 
+func newSimulator(root string, t topology.InstanceType, adj [][]int) *Simulator {
+	return &Simulator{root: root, t: t, adj: adj, comeBack: make([][3]uint64, t.Devices), now: time.Now}
+}
+
 // Root returns the directory the tree is written under; pass it as Sysfs.Root.
 func (s *Simulator) Root() string { return s.root }
 
-// InjectError adds n to a device's error counter, as the driver does on an uncorrectable error.
+// InjectError adds n to a device's error counter, as the driver does on an ECC error
+// (MemECCRepairable does not change Device.ErrorCount or the device's health).
 func (s *Simulator) InjectError(device int, counter Counter, n uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -141,19 +159,21 @@ func (s *Simulator) InjectError(device int, counter Counter, n uint64) error {
 		return err
 	}
 	if !counter.valid() {
-		return fmt.Errorf("injecting an error: unknown counter %v: use MemECC or SRAMECC", counter)
+		return fmt.Errorf("injecting an error: unknown counter %v: use MemECC, SRAMECC or MemECCRepairable", counter)
 	}
-	if s.removed[device] {
-		return fmt.Errorf("injecting an error on device %d: the device is removed; restore it first", device)
+	if err := s.checkPresent(device); err != nil {
+		return fmt.Errorf("injecting an error: %w", err)
 	}
-	cur := s.counters[device][counter-1]
+	cur, err := readStatValue(filepath.Join(s.deviceDir(device), counterPath(counter)), "event count")
+	if err != nil {
+		return fmt.Errorf("injecting an error on device %d: %w", device, err)
+	}
 	if n > math.MaxUint64-cur {
 		return fmt.Errorf("injecting an error on device %d: %s would overflow (now %d, adding %d)", device, counter, cur, n)
 	}
 	if err := s.writeCounter(s.deviceDir(device), counter, cur+n); err != nil {
 		return fmt.Errorf("injecting an error on device %d: %w", device, err)
 	}
-	s.counters[device][counter-1] = cur + n
 	return nil
 }
 
@@ -166,14 +186,18 @@ func (s *Simulator) ClearErrors(device int) error {
 	if err := s.checkDevice(device); err != nil {
 		return err
 	}
-	if !s.removed[device] {
-		for _, c := range []Counter{MemECC, SRAMECC} {
+	removed, err := s.isRemoved(device)
+	if err != nil {
+		return fmt.Errorf("clearing the errors of device %d: %w", device, err)
+	}
+	if !removed {
+		for _, c := range allCounters() {
 			if err := s.writeCounter(s.deviceDir(device), c, 0); err != nil {
 				return fmt.Errorf("clearing the errors of device %d: %w", device, err)
 			}
 		}
 	}
-	s.counters[device] = [2]uint64{}
+	s.comeBack[device] = [3]uint64{}
 	return nil
 }
 
@@ -185,8 +209,18 @@ func (s *Simulator) RemoveDevice(device int) error {
 	if err := s.checkDevice(device); err != nil {
 		return err
 	}
-	if s.removed[device] {
+	removed, err := s.isRemoved(device)
+	if err != nil {
+		return fmt.Errorf("removing device %d: %w", device, err)
+	}
+	if removed {
 		return fmt.Errorf("removing device %d: it is already removed", device)
+	}
+	var kept [3]uint64
+	for _, c := range allCounters() {
+		if kept[c-1], err = readStatValue(filepath.Join(s.deviceDir(device), counterPath(c)), "event count"); err != nil {
+			return fmt.Errorf("removing device %d: %w", device, err)
+		}
 	}
 	trash, err := s.tempDir(".sim-trash")
 	if err != nil {
@@ -196,19 +230,24 @@ func (s *Simulator) RemoveDevice(device int) error {
 	if err := os.Rename(s.deviceDir(device), filepath.Join(trash, "device")); err != nil {
 		return fmt.Errorf("removing device %d: %w", device, err)
 	}
-	s.removed[device] = true
+	s.comeBack[device] = kept
 	return nil
 }
 
-// RestoreDevice brings back a removed device, in one step, with the counters it had (or 0 after
-// ClearErrors).
+// RestoreDevice brings back a removed device, in one step, with the error counters it had when
+// this Simulator removed it (0 after ClearErrors, or when another Simulator removed it) and the
+// usage counters of a fresh device (zero, power valid at 0 %).
 func (s *Simulator) RestoreDevice(device int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkDevice(device); err != nil {
 		return err
 	}
-	if !s.removed[device] {
+	removed, err := s.isRemoved(device)
+	if err != nil {
+		return fmt.Errorf("restoring device %d: %w", device, err)
+	}
+	if !removed {
 		return fmt.Errorf("restoring device %d: it is not removed", device)
 	}
 	staging, err := s.tempDir(".sim-staging")
@@ -217,19 +256,48 @@ func (s *Simulator) RestoreDevice(device int) error {
 	}
 	defer os.RemoveAll(staging)
 	dir := filepath.Join(staging, "device")
-	if err := s.writeDevice(dir, device, writeFilePlain); err != nil { // invisible until the rename
+	if err := s.writeDevice(dir, device); err != nil { // invisible until the rename
 		return fmt.Errorf("restoring device %d: %w", device, err)
 	}
 	if err := os.Rename(dir, s.deviceDir(device)); err != nil {
 		return fmt.Errorf("restoring device %d: %w", device, err)
 	}
-	s.removed[device] = false
 	return nil
 }
 
 func (s *Simulator) checkDevice(device int) error {
 	if device < 0 || device >= s.t.Devices {
 		return fmt.Errorf("device %d does not exist: %s has devices 0 to %d", device, s.t.Name, s.t.Devices-1)
+	}
+	return nil
+}
+
+// Removed reports whether the device is removed (by this or another Simulator of the tree).
+func (s *Simulator) Removed(device int) (bool, error) {
+	if err := s.checkDevice(device); err != nil {
+		return false, err
+	}
+	return s.isRemoved(device)
+}
+
+// isRemoved reports whether the device's directory is absent (removed by this or another
+// Simulator).
+func (s *Simulator) isRemoved(device int) (bool, error) {
+	_, err := os.Stat(s.deviceDir(device))
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	return false, err
+}
+
+// checkPresent returns an error when the device is removed.
+func (s *Simulator) checkPresent(device int) error {
+	removed, err := s.isRemoved(device)
+	if err != nil {
+		return err
+	}
+	if removed {
+		return fmt.Errorf("device %d: %w", device, ErrDeviceRemoved)
 	}
 	return nil
 }
@@ -251,9 +319,12 @@ func (s *Simulator) tempDir(parent string) (string, error) {
 func (s *Simulator) writeNode(opts SimOptions) error {
 	t := s.t
 	for i := range t.Devices {
-		if err := s.writeDevice(s.deviceDir(i), i, writeFilePlain); err != nil {
+		if err := s.writeDevice(s.deviceDir(i), i); err != nil {
 			return err
 		}
+	}
+	if err := writeSimMarker(s.root, t, opts.LNC); err != nil {
+		return err
 	}
 	files := map[string]string{
 		productNameFile:   t.Name + "\n",
@@ -299,8 +370,8 @@ func (s *Simulator) writeNode(opts SimOptions) error {
 	return nil
 }
 
-// writeDevice writes device i's files into dir with write.
-func (s *Simulator) writeDevice(dir string, i int, write func(string, []byte) error) error {
+// writeDevice writes device i's files into dir, which no reader sees yet.
+func (s *Simulator) writeDevice(dir string, i int) error {
 	name, arch := familyArch(s.t.Family)
 	files := map[string]string{
 		coreCountFile:        strconv.Itoa(s.t.PhysicalCoresPerDevice), // the driver prints no newline
@@ -311,15 +382,22 @@ func (s *Simulator) writeDevice(dir string, i int, write func(string, []byte) er
 		files[filepath.Join(architectureDir, "device_name")] = name + "\n"
 		files[filepath.Join(architectureDir, "arch_type")] = arch + "\n"
 	}
-	for _, c := range []Counter{MemECC, SRAMECC} {
-		files[counterPath(c)] = strconv.FormatUint(s.counters[i][c-1], 10) + "\n"
+	for _, c := range allCounters() {
+		v := strconv.FormatUint(s.comeBack[i][c-1], 10) + "\n"
+		files[counterPath(c)] = v
+		files[filepath.Join(hardwareStatsDir, c.String(), counterPresentFile)] = v
 	}
+	files[powerUtilizationFile] = formatPower(s.now(), 0)
+	w := newTreeWriter(dir)
 	for rel, content := range files {
-		if err := write(filepath.Join(dir, rel), []byte(content)); err != nil {
+		if err := w.write(rel, []byte(content)); err != nil {
 			return err
 		}
 	}
-	return nil
+	if !s.coreStats {
+		return nil
+	}
+	return s.writeCoreStats(w)
 }
 
 func counterPath(c Counter) string {
@@ -411,13 +489,11 @@ func writeFilePlain(path string, data []byte) error {
 	return os.WriteFile(path, data, 0o644)
 }
 
-// writeFileAtomic writes a file through a temporary file in the same directory and a rename.
+// writeFileAtomic replaces a file of the live tree through a temporary file in the same
+// directory and a rename. It creates no directory: a file of a device removed meanwhile fails
+// (with fs.ErrNotExist) instead of bringing part of the device back.
 func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
