@@ -222,6 +222,9 @@ func TestMetricsHolders(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // before cleanup, which waits for every claim of ns to go
+		_ = c.ResourceV1().ResourceClaims(ns).Delete(context.Background(), "shared", metav1.DeleteOptions{})
+	})
 	for _, pod := range []*corev1.Pod{
 		claimPodOn("solo", node, "", "one"),
 		claimPodOn("share-a", node, "shared", ""),
@@ -234,10 +237,14 @@ func TestMetricsHolders(t *testing.T) {
 	heldDevices := map[string][]int{}
 	for _, name := range []string{"solo", "share-a", "share-b"} {
 		pod := framework.WaitForPod(t, ctx, ns, name, corev1.PodRunning, 90*time.Second)
-		if len(pod.Status.ResourceClaimStatuses) != 1 || pod.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
-			t.Fatalf("pod %s: claim statuses %+v", name, pod.Status.ResourceClaimStatuses)
+		claim := pod.Spec.ResourceClaims[0].ResourceClaimName // a template's claim is in the status
+		if claim == nil && len(pod.Status.ResourceClaimStatuses) == 1 {
+			claim = pod.Status.ResourceClaimStatuses[0].ResourceClaimName
 		}
-		heldDevices[ns+"/"+name+"/main"] = claimDevices(t, ctx, ns, *pod.Status.ResourceClaimStatuses[0].ResourceClaimName)
+		if claim == nil {
+			t.Fatalf("pod %s: no claim; claim statuses %+v", name, pod.Status.ResourceClaimStatuses)
+		}
+		heldDevices[ns+"/"+name+"/main"] = claimDevices(t, ctx, ns, *claim)
 	}
 	if solo, shared := heldDevices[ns+"/solo/main"], heldDevices[ns+"/share-a/main"]; len(solo) != 1 || len(shared) != 2 {
 		t.Fatalf("claims got devices %v (solo) and %v (shared), want 1 and 2", solo, shared)
@@ -257,4 +264,43 @@ func TestMetricsHolders(t *testing.T) {
 		d := diffHolders("core", cores, wantCores) + diffHolders("; device", devices, wantDevices)
 		return d == "", d, nil
 	})
+	// The lab's busy loop moves nc_time_in_use of held cores only: utilisation is above 0 on
+	// exactly the held cores.
+	held := map[int]bool{}
+	for _, cs := range heldCores {
+		for _, c := range cs {
+			held[c] = true
+		}
+	}
+	framework.WaitFor(t, ctx, 30*time.Second, "the held cores of "+node+" (and only they) to show utilization", func(ctx context.Context) (bool, string, error) {
+		m, err := scrapeMetrics(ctx, node)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return busyOnlyWhereHeld(m["neuron_core_utilization_ratio"], held)
+	})
+}
+
+// busyOnlyWhereHeld reports whether the cores with utilisation above 0 are exactly the held
+// ones.
+func busyOnlyWhereHeld(series []metricSample, held map[int]bool) (bool, string, error) {
+	var wrong []string
+	seen := map[int]bool{}
+	for _, s := range series {
+		c, err := strconv.Atoi(s.labels["neuron_core"])
+		if err != nil {
+			return false, "", fmt.Errorf("series %v: %w", s.labels, err)
+		}
+		seen[c] = true
+		if (s.value > 0) != held[c] {
+			wrong = append(wrong, fmt.Sprintf("core %d (held %v): %g", c, held[c], s.value))
+		}
+	}
+	for c := range held {
+		if !seen[c] {
+			wrong = append(wrong, fmt.Sprintf("core %d: no series", c))
+		}
+	}
+	slices.Sort(wrong)
+	return len(wrong) == 0, strings.Join(wrong, "; "), nil
 }
