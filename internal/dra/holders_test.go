@@ -1,8 +1,11 @@
 package dra
 
 import (
+	"maps"
 	"reflect"
+	"strconv"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -162,5 +165,56 @@ func TestClaimHoldersNodeDevice(t *testing.T) {
 	want := []nodemetrics.Holder{{Namespace: "ml", Pod: "p", Container: "main", Devices: all}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("holders = %+v, want %+v", got, want)
+	}
+}
+
+// TestNodeMetrics: the driver's registry serves the node metrics, read from the simulated sysfs
+// tree, naming the pod (from the node's pods through the informer) that uses a prepared claim.
+func TestNodeMetrics(t *testing.T) {
+	d := newTestDriver(t, &driverEnv{})
+	d.o.MetricsSampleInterval = time.Hour
+	if r := prepareOne(t, d, testClaim("c").Device("neurons", "trn2-a", "neurondevice2").Obj()); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	pod := claimPod("p").Claim("n", "c").Uses("main", "n").Obj()
+	pod.Spec.NodeName = "trn2-a"
+	if _, err := d.o.Client.CoreV1().Pods("ml").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop := d.startNodeMetrics(t.Context())
+	defer stop()
+	want := map[string]string{} // neuron_device -> its holders
+	for i := range d.info.Shape.Devices() {
+		want[strconv.Itoa(i)] = "//"
+	}
+	want["2"] = "ml/p/main"
+	var got map[string]string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got = map[string]string{}
+		mfs, err := d.metrics.registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != nodemetrics.DeviceECCErrors {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				if l["counter"] == nodemetrics.CounterMemECCUncorrected {
+					got[l["neuron_device"]] += l["namespace"] + "/" + l["pod"] + "/" + l["container"]
+				}
+			}
+		}
+		if maps.Equal(got, want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("holders by device %v, want %v", got, want)
 	}
 }

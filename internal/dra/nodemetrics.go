@@ -26,6 +26,7 @@ type statsReader interface {
 // the rate over a steady interval whatever the scrape rate), and at each scrape joins the last
 // reading with the holders of the prepared claims (the node's pods) and the devices' health.
 func (d *Driver) startNodeMetrics(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx) // the informer's Shutdown waits for it to end
 	pods, stopInformer := d.startPodInformer(ctx)
 	sampler := nodemetrics.NewSampler()
 	d.metrics.registry.MustRegister(nodemetrics.NewCollector(func() nodemetrics.Snapshot {
@@ -33,13 +34,15 @@ func (d *Driver) startNodeMetrics(ctx context.Context) (stop func()) {
 	}, sampler))
 	reader, ok := d.hw.(statsReader)
 	if !ok {
-		return stopInformer
+		return func() {
+			cancel()
+			stopInformer()
+		}
 	}
 	interval := d.o.MetricsSampleInterval
 	if interval <= 0 {
 		interval = DefaultMetricsSampleInterval
 	}
-	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

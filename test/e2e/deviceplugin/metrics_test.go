@@ -158,7 +158,7 @@ func TestMetricsHolders(t *testing.T) {
 	})
 
 	ns := framework.CreateNamespace(t, ctx)
-	createPod(t, ctx, ns, podSpec{name: "devices", node: node, containers: []ctr{{"app", neuronRes, 2}}})
+	createPod(t, ctx, ns, podSpec{name: "devices", node: node, containers: []ctr{{"app", neuronRes, 4}}})
 	createPod(t, ctx, ns, podSpec{name: "two", node: node, containers: []ctr{{"whole", deviceRes, 1}, {"part", coreRes, 2}}})
 	heldCores, heldDevices := map[string][]int{}, map[string][]int{}
 	for _, name := range []string{"devices", "two"} {
@@ -180,4 +180,43 @@ func TestMetricsHolders(t *testing.T) {
 		d := diffHolders("core", cores, wantCores) + diffHolders("; device", devices, wantDevices)
 		return d == "", d, nil
 	})
+	// The lab's busy loop moves nc_time_in_use of held cores only: utilisation is above 0 on
+	// exactly the held cores.
+	held := map[int]bool{}
+	for _, cs := range heldCores {
+		for _, c := range cs {
+			held[c] = true
+		}
+	}
+	framework.WaitFor(t, ctx, 30*time.Second, "the held cores of "+node+" (and only they) to show utilization", func(ctx context.Context) (bool, string, error) {
+		m, err := scrape(ctx, node)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return busyOnlyWhereHeld(m["neuron_core_utilization_ratio"], held)
+	})
+}
+
+// busyOnlyWhereHeld reports whether the cores with utilisation above 0 are exactly the held
+// ones.
+func busyOnlyWhereHeld(series []sample, held map[int]bool) (bool, string, error) {
+	var wrong []string
+	seen := map[int]bool{}
+	for _, s := range series {
+		c, err := strconv.Atoi(s.labels["neuron_core"])
+		if err != nil {
+			return false, "", fmt.Errorf("series %v: %w", s.labels, err)
+		}
+		seen[c] = true
+		if (s.value > 0) != held[c] {
+			wrong = append(wrong, fmt.Sprintf("core %d (held %v): %g", c, held[c], s.value))
+		}
+	}
+	for c := range held {
+		if !seen[c] {
+			wrong = append(wrong, fmt.Sprintf("core %d: no series", c))
+		}
+	}
+	slices.Sort(wrong)
+	return len(wrong) == 0, strings.Join(wrong, "; "), nil
 }
