@@ -2,25 +2,14 @@ package deviceplugin
 
 import (
 	"context"
-	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 
 	"github.com/kube-neuron/kube-neuron/internal/deviceplugin/ledger"
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
 	"github.com/kube-neuron/kube-neuron/internal/nodemetrics"
 )
-
-// DefaultMetricsSampleInterval is how often the Neuron counters are read when
-// Options.MetricsSampleInterval is 0.
-const DefaultMetricsSampleInterval = 10 * time.Second
-
-// statsReader reads the Neuron driver's usage counters (neuron.Sysfs).
-type statsReader interface {
-	ReadStats(ctx context.Context) (*neuron.Stats, error)
-}
 
 // startNodeMetrics adds the node metrics (package nodemetrics) to the plugin's registry: it
 // reads the counters every MetricsSampleInterval (its own loop, apart from the health checks:
@@ -33,43 +22,7 @@ func (p *Plugin) startNodeMetrics(ctx context.Context) (stop func()) {
 	p.metrics.registry.MustRegister(nodemetrics.NewCollector(func() nodemetrics.Snapshot {
 		return p.metricsSnapshot(sampler.Stats())
 	}, sampler))
-	reader, ok := p.hw.(statsReader)
-	if !ok {
-		return func() {}
-	}
-	interval := p.o.MetricsSampleInterval
-	if interval <= 0 {
-		interval = DefaultMetricsSampleInterval
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sampleStats(ctx, reader, sampler, interval)
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
-}
-
-// sampleStats reads the counters now and every interval until ctx ends.
-func sampleStats(ctx context.Context, reader statsReader, sampler *nodemetrics.Sampler, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		st, err := reader.ReadStats(ctx)
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Reading the Neuron counters failed", "err", err)
-		} else {
-			sampler.Sample(time.Now(), st)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	return nodemetrics.StartSampling(ctx, p.hw, sampler, p.o.MetricsSampleInterval)
 }
 
 // metricsSnapshot is what the node metrics show at a scrape.

@@ -2,24 +2,13 @@ package dra
 
 import (
 	"context"
-	"time"
 
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/klog/v2"
 
 	"github.com/kube-neuron/kube-neuron/internal/neuron"
 	"github.com/kube-neuron/kube-neuron/internal/nodemetrics"
 )
-
-// DefaultMetricsSampleInterval is how often the Neuron counters are read when
-// Options.MetricsSampleInterval is 0.
-const DefaultMetricsSampleInterval = 10 * time.Second
-
-// statsReader reads the Neuron driver's usage counters (neuron.Sysfs).
-type statsReader interface {
-	ReadStats(ctx context.Context) (*neuron.Stats, error)
-}
 
 // startNodeMetrics adds the node metrics (package nodemetrics) to the driver's registry: it
 // reads the counters every MetricsSampleInterval (its own loop, so that core utilisation is
@@ -32,45 +21,11 @@ func (d *Driver) startNodeMetrics(ctx context.Context) (stop func()) {
 	d.metrics.registry.MustRegister(nodemetrics.NewCollector(func() nodemetrics.Snapshot {
 		return d.metricsSnapshot(pods, sampler.Stats())
 	}, sampler))
-	reader, ok := d.hw.(statsReader)
-	if !ok {
-		return func() {
-			cancel()
-			stopInformer()
-		}
-	}
-	interval := d.o.MetricsSampleInterval
-	if interval <= 0 {
-		interval = DefaultMetricsSampleInterval
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sampleStats(ctx, reader, sampler, interval)
-	}()
+	stopSampling := nodemetrics.StartSampling(ctx, d.hw, sampler, d.o.MetricsSampleInterval)
 	return func() {
+		stopSampling()
 		cancel()
-		<-done
 		stopInformer()
-	}
-}
-
-// sampleStats reads the counters now and every interval until ctx ends.
-func sampleStats(ctx context.Context, reader statsReader, sampler *nodemetrics.Sampler, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		st, err := reader.ReadStats(ctx)
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Reading the Neuron counters failed", "err", err)
-		} else {
-			sampler.Sample(time.Now(), st)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
 	}
 }
 
