@@ -46,25 +46,25 @@ func waitCondition(t *testing.T, ctx context.Context, node string, status corev1
 // device sets NeuronDevicesHealthy=False with an event; clearing one device sets it True again.
 func TestHealthNodeCondition(t *testing.T) {
 	ctx := framework.Context(t)
-	const node = "inf2-a"
+	const node = "trn1-c" // no other test of the package uses it
 	hw := framework.L.Simulator().Node(node).Hardware()
-	const devices = 12 // inf2.48xlarge
+	const devices = 16 // trn1.32xlarge
 	t.Cleanup(func() {
 		for d := range devices {
 			_ = hw.ClearErrors(d)
 		}
 	})
-	full := allocatable(t, ctx, node)
-	if full[deviceRes] != devices {
-		t.Fatalf("node %s allocatable %v, want %d devices", node, full, devices)
-	}
-	waitCondition(t, ctx, node, corev1.ConditionTrue, "All 12 Neuron devices are healthy")
+	// Pods of earlier tests may still hold hardware of the node through another resource
+	// (withdrawn from this one): wait until they are gone and everything is allocatable.
+	full := map[string]int64{deviceRes: devices, neuronRes: devices, coreRes: 2 * devices}
+	waitAllocatable(t, ctx, node, full)
+	waitCondition(t, ctx, node, corev1.ConditionTrue, "All 16 Neuron devices are healthy")
 
 	if err := hw.InjectError(0, neuron.MemECC, 1); err != nil {
 		t.Fatal(err)
 	}
 	waitAllocatable(t, ctx, node, map[string]int64{deviceRes: devices - 1, neuronRes: devices - 1})
-	waitCondition(t, ctx, node, corev1.ConditionTrue, "11 of 12 Neuron devices are healthy; unhealthy: neuron0: ecc-uncorrected")
+	waitCondition(t, ctx, node, corev1.ConditionTrue, "15 of 16 Neuron devices are healthy; unhealthy: neuron0: ecc-uncorrected")
 
 	for d := 1; d < devices; d++ {
 		if err := hw.InjectError(d, neuron.MemECC, 1); err != nil {
@@ -78,7 +78,7 @@ func TestHealthNodeCondition(t *testing.T) {
 	if err := hw.ClearErrors(7); err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, ctx, node, corev1.ConditionTrue, "1 of 12 Neuron devices are healthy")
+	waitCondition(t, ctx, node, corev1.ConditionTrue, "1 of 16 Neuron devices are healthy")
 	waitEvent(t, ctx, node, deviceplugin.ConditionReasonHealthy, "Node condition NeuronDevicesHealthy=True")
 	for d := range devices {
 		if err := hw.ClearErrors(d); err != nil {
@@ -86,5 +86,5 @@ func TestHealthNodeCondition(t *testing.T) {
 		}
 	}
 	waitAllocatable(t, ctx, node, full)
-	waitCondition(t, ctx, node, corev1.ConditionTrue, "All 12 Neuron devices are healthy")
+	waitCondition(t, ctx, node, corev1.ConditionTrue, "All 16 Neuron devices are healthy")
 }
