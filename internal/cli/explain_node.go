@@ -75,7 +75,7 @@ func judgeNode(n *corev1.Node, shape *topology.Shape, d plan.PodDemand, records 
 			if u == topology.UnitCore {
 				sizes = shape.CoreSizes()
 			}
-			return set(VerdictUnsupportedCount, "%v (%s accepts %s)", err, shape.Type.Name, formatCounts(sizes, u.String()+"s"))
+			return set(VerdictUnsupportedCount, "%v (%s accepts %s)", err, shape.Type.Name, plan.FormatSizes(sizes, u))
 		}
 	}
 	if _, _, err := allocation.Plan(usage, d.Requests, topology.BestFit); err == nil {

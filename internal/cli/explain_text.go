@@ -111,29 +111,6 @@ func plural(n int, one string, many ...string) string {
 	return strconv.Itoa(n) + " " + one + "s"
 }
 
-// formatCounts writes "1, 4, 8 or 16 devices", "1 to 4 cores".
-func formatCounts(sizes []int, unit string) string {
-	var parts []string
-	for i := 0; i < len(sizes); {
-		j := i
-		for j+1 < len(sizes) && sizes[j+1] == sizes[j]+1 {
-			j++
-		}
-		if j-i >= 2 {
-			parts = append(parts, fmt.Sprintf("%d to %d", sizes[i], sizes[j]))
-		} else {
-			for k := i; k <= j; k++ {
-				parts = append(parts, strconv.Itoa(sizes[k]))
-			}
-		}
-		i = j + 1
-	}
-	if len(parts) <= 1 {
-		return strings.Join(parts, "") + " " + unit
-	}
-	return strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1] + " " + unit
-}
-
 // validCounts writes the counts of the units the requests use: "1, 4, 8 or 16 devices".
 func validCounts(tc TypeCounts, reqs []ExplainRequest) string {
 	devices, cores := len(reqs) == 0, false
@@ -146,10 +123,10 @@ func validCounts(tc TypeCounts, reqs []ExplainRequest) string {
 	}
 	var parts []string
 	if devices {
-		parts = append(parts, formatCounts(tc.Devices, "devices"))
+		parts = append(parts, plan.FormatSizes(tc.Devices, topology.UnitDevice))
 	}
 	if cores {
-		parts = append(parts, formatCounts(tc.Cores, "cores"))
+		parts = append(parts, plan.FormatSizes(tc.Cores, topology.UnitCore))
 	}
 	return strings.Join(parts, "; ")
 }

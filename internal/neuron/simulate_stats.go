@@ -18,7 +18,6 @@ const (
 	counterPresentFile = "present" // the last change (memory: the last allocation or free)
 	counterPeakFile    = "peak"    // memory only: the highest total
 	simMemoryCategory  = "tensors" // the category SetCoreMemory accounts to
-	statsTimeInUseDir  = "stats/other_info/nc_time_in_use"
 )
 
 // formatPower is a stats/power/utilization line with min, max and average at percent.
@@ -139,7 +138,7 @@ func (s *Simulator) AddCoreTime(device, core int, d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("adding core time on device %d core %d: %v is negative: nc_time_in_use only rises", device, core, d)
 	}
-	return s.addCoreCounter(device, core, filepath.Join(statsTimeInUseDir, counterTotalFile), uint64(d/time.Microsecond), "number of microseconds")
+	return s.addCoreCounter(device, core, statsTimeInUseFile, uint64(d/time.Microsecond), "number of microseconds")
 }
 
 // AddExecutions adds n to a physical core's stats/status/<status> total; status is one of

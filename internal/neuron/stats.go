@@ -22,7 +22,8 @@ const (
 	statsCoreDirPrefix      = "neuron_core"
 	statsDeviceMemDir       = "stats/memory_usage/device_mem"
 	statsStatusDir          = "stats/status"
-	statsTimeInUseFile      = "stats/other_info/nc_time_in_use/total"
+	statsTimeInUseDir       = "stats/other_info/nc_time_in_use"
+	statsTimeInUseFile      = statsTimeInUseDir + "/" + counterTotalFile
 	powerStatusValid        = "POWER_STATUS_VALID"
 	powerStatusNoData       = "POWER_STATUS_NO_DATA"
 	powerStatusInvalid      = "POWER_STATUS_INVALID"

@@ -145,7 +145,7 @@ func skippedTopology(s *sim, r allocation.Request, allowed []topology.InstanceTy
 func torusSizes(s *sim) string {
 	for _, t := range s.cat.Types() {
 		if shape := s.shape(t); shape != nil && shape.Kind() == topology.KindTorus {
-			return " (torus types accept only aligned blocks of " + formatSizes(shape.DeviceSizes(), topology.UnitDevice) + ")"
+			return " (torus types accept only aligned blocks of " + FormatSizes(shape.DeviceSizes(), topology.UnitDevice) + ")"
 		}
 	}
 	return ""

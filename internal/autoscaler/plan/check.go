@@ -314,7 +314,7 @@ func (s *sim) whyNot(t topology.InstanceType, d PodDemand) string {
 			if u == topology.UnitCore {
 				sizes = shape.CoreSizes()
 			}
-			return fmt.Sprintf("%s accepts %s requests of %s, not %d", t.Name, r.Resource, formatSizes(sizes, u), r.Count)
+			return fmt.Sprintf("%s accepts %s requests of %s, not %d", t.Name, r.Resource, FormatSizes(sizes, u), r.Count)
 		}
 	}
 	var reqs []string

@@ -483,8 +483,8 @@ func TestFormatSizes(t *testing.T) {
 		{[]int{1, 2, 8, 16, 32}, topology.UnitCore, "1, 2, 8, 16 or 32 cores"},
 		{[]int{1, 2, 3, 4, 16, 32, 64}, topology.UnitCore, "1 to 4, 16, 32 or 64 cores"},
 	} {
-		if got := formatSizes(tc.sizes, tc.unit); got != tc.want {
-			t.Errorf("formatSizes(%v) = %q, want %q", tc.sizes, got, tc.want)
+		if got := FormatSizes(tc.sizes, tc.unit); got != tc.want {
+			t.Errorf("FormatSizes(%v) = %q, want %q", tc.sizes, got, tc.want)
 		}
 	}
 }

@@ -51,8 +51,8 @@ func pluralS(singular bool) string {
 	return ""
 }
 
-// formatSizes writes accepted counts: "1, 4, 8 or 16 devices", "1 to 4, 16, 32 or 64 cores".
-func formatSizes(sizes []int, u topology.Unit) string {
+// FormatSizes writes accepted counts: "1, 4, 8 or 16 devices", "1 to 4, 16, 32 or 64 cores".
+func FormatSizes(sizes []int, u topology.Unit) string {
 	var parts []string
 	for i := 0; i < len(sizes); {
 		j := i
