@@ -76,6 +76,8 @@ func (p *fakeProvider) Launch(_ context.Context, r NodeRequest) (Instance, error
 	return in, nil
 }
 
+func (p *fakeProvider) Reservations(context.Context) ([]Reservation, error) { return nil, nil }
+
 func (p *fakeProvider) LaunchUltraServer(ctx context.Context, _ string, nodes []NodeRequest) ([]Instance, error) {
 	var out []Instance
 	for _, r := range nodes {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 
@@ -57,6 +58,30 @@ type NodeRequest struct {
 	Labels      map[string]string
 	Annotations map[string]string
 	Taints      []corev1.Taint
+	// Reservation is the id of the capacity reservation (Provider.Reservations) to launch
+	// into; "" launches on demand.
+	Reservation string
+}
+
+// Reservation is reserved capacity the user bought and named in the autoscaler's configuration:
+// an On-Demand Capacity Reservation, or a Capacity Block for ML (an instance block, or on trn2u
+// an UltraServer block). The autoscaler never buys capacity; it launches into these.
+type Reservation struct {
+	ID               string // cr-...
+	InstanceType     string
+	AvailabilityZone string
+	// Total is the instances the reservation holds; Available those that may still launch
+	// into it.
+	Total, Available int
+	// CapacityBlock: a Capacity Block for ML (launched with the capacity-block market type);
+	// else an On-Demand Capacity Reservation.
+	CapacityBlock bool
+	// UltraServerType is set on an UltraServer Capacity Block (e.g. u-trn2x64): only whole
+	// UltraServers launch into it.
+	UltraServerType string
+	// Start is when its instances may launch (zero: now); End when it ends (zero: never).
+	// Instances of a Capacity Block are terminated by EC2 before End.
+	Start, End time.Time
 }
 
 // Instance is a node a provider launched.
@@ -86,6 +111,9 @@ type Provider interface {
 	// identity in their labels (labels.UltraServerLabels). Names that exist return the existing
 	// nodes, as Launch does.
 	LaunchUltraServer(ctx context.Context, id string, nodes []NodeRequest) ([]Instance, error)
+	// Reservations lists the reserved capacity the user configured, with what each has left,
+	// active or not yet started; none when the user configured none.
+	Reservations(ctx context.Context) ([]Reservation, error)
 	// Instances lists the nodes this provider launched that are not terminated.
 	Instances(ctx context.Context) ([]Instance, error)
 	// Delete removes a node the provider launched; deleting one that is gone is not an error.

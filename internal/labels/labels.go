@@ -40,6 +40,21 @@ const (
 	PlannedNodeAnnotation = "kube-neuron.io/planned-node"
 )
 
+// Reserved capacity: the labels of the nodes neuron-autoscaler launches into a capacity
+// reservation (an On-Demand Capacity Reservation or a Capacity Block for ML) or on demand.
+const (
+	// CapacityReservationID is the reservation's id (cr-...) on a node launched into one.
+	CapacityReservationID = "kube-neuron.io/capacity-reservation-id"
+	// CapacityType is CapacityTypeReserved or CapacityTypeOnDemand.
+	CapacityType         = "kube-neuron.io/capacity-type"
+	CapacityTypeReserved = "reserved"
+	CapacityTypeOnDemand = "on-demand"
+	// CapacityReservationEndAnnotation, on a node of a reservation that ends (a Capacity
+	// Block), is the reservation's end time, RFC 3339 in UTC: the node is drained and removed a
+	// lead time before it.
+	CapacityReservationEndAnnotation = "kube-neuron.io/capacity-reservation-end"
+)
+
 // The taint every Neuron node carries: aws.amazon.com/neuron=true:NoSchedule.
 const (
 	NeuronTaintKey    = "aws.amazon.com/neuron"

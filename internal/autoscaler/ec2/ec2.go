@@ -211,6 +211,11 @@ func (p *Provider) LaunchUltraServer(context.Context, string, []autoscaler.NodeR
 	return nil, ErrUltraServer
 }
 
+// Reservations implements autoscaler.Provider.
+func (p *Provider) Reservations(context.Context) ([]autoscaler.Reservation, error) {
+	return nil, nil
+}
+
 // Launch implements autoscaler.Provider: it returns the live instance launched for r.Name, or
 // launches one.
 func (p *Provider) Launch(ctx context.Context, r autoscaler.NodeRequest) (autoscaler.Instance, error) {

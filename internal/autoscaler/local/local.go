@@ -120,6 +120,11 @@ func (p *Provider) LaunchUltraServer(ctx context.Context, id string, nodes []aut
 
 // capacity is what the node will offer: CPU, memory, pods, and for the device plugin the three
 // Neuron resources at the type's default LNC.
+// Reservations implements autoscaler.Provider.
+func (p *Provider) Reservations(context.Context) ([]autoscaler.Reservation, error) {
+	return nil, nil
+}
+
 func capacity(it topology.InstanceType, mode string) corev1.ResourceList {
 	c := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(max(it.VCPU, 1)), resource.DecimalSI),

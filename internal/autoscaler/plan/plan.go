@@ -32,6 +32,25 @@ type Options struct {
 	// Devices are the ResourceSlices and DeviceClasses DRA pods are placed with; nil means
 	// NewDeviceTemplates(Catalog, nil, nil).
 	Devices *DeviceTemplates
+	// Reservations are capacity the user already bought that new nodes may launch into: a
+	// reserved node costs nothing more, so they are used before on-demand nodes, and never past
+	// their Available instances. The caller passes only those a pod could still start on.
+	Reservations []Reservation
+	// ReservedOnly forbids on-demand nodes: new nodes launch only into Reservations (the
+	// autoscaler's on-demand fallback is off). Launching nodes take pods either way.
+	ReservedOnly bool
+}
+
+// Reservation is reserved capacity new nodes may launch into: an On-Demand Capacity
+// Reservation or a Capacity Block for ML (for trn2u, an UltraServer Capacity Block).
+type Reservation struct {
+	ID           string // cr-...
+	InstanceType string
+	// Available is how many more instances may launch into it. On an UltraServer block it
+	// counts instances too, and only whole UltraServers launch into it.
+	Available int
+	// UltraServer marks an UltraServer Capacity Block: its nodes launch as whole UltraServers.
+	UltraServer bool
 }
 
 // Capacity counts Neuron nodes and their devices.
@@ -93,6 +112,8 @@ type NodePlan struct {
 	// its nodes, which are launched together; UltraServerNode is the node's position in it.
 	UltraServer     string
 	UltraServerNode int
+	// Reservation is the id of the reservation a new node launches into; "" on demand.
+	Reservation string
 }
 
 // Labels are the labels the node carries: NewNodeLabels, and on an UltraServer's nodes its
