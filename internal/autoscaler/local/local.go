@@ -4,7 +4,9 @@
 // labels of DESIGN section 4 and its capacity. The lab's node simulator adopts every node whose provider ID starts with
 // ProviderIDPrefix: it simulates the node's devices and kubelet, and runs the device plugin or the
 // DRA driver on it, so the whole loop can be watched locally. Removing a node deletes the object;
-// the pods planned onto a node are its kube-neuron.io/planned-pods annotation.
+// the pods planned onto a node are its kube-neuron.io/planned-pods annotation. Reserved capacity
+// (Options.Reservations, from a --local-reservations file) is counted on the Nodes labelled with
+// a reservation's id, and never exceeded.
 package local
 
 import (
@@ -14,6 +16,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,11 +43,16 @@ var notReadyTaint = corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.T
 type Options struct {
 	Client  kubernetes.Interface
 	Catalog *topology.Catalog // the default catalog when nil
+	// Reservations is the reserved capacity the lab pretends was bought (--local-reservations).
+	Reservations []Reservation
 }
 
 // Provider creates and deletes Node objects.
 type Provider struct {
 	o Options
+	// mu serialises the launches into reservations: a reservation's room is counted and taken
+	// under it, so that concurrent launches never put more nodes into it than it holds.
+	mu sync.Mutex
 }
 
 var _ autoscaler.Provider = (*Provider)(nil)
@@ -60,8 +69,35 @@ func New(o Options) *Provider {
 func (p *Provider) Name() string { return "local" }
 
 // Launch creates the node, NotReady and tainted not-ready until the simulator adopts it; a node
-// of that name that exists already is returned as it is.
+// of that name that exists already is returned as it is. A request with a Reservation launches
+// into it, or fails when the reservation is unknown, of another instance type, ended or full;
+// the node is labelled with its capacity (labels.CapacityType, and the reservation's id and end).
 func (p *Provider) Launch(ctx context.Context, r autoscaler.NodeRequest) (autoscaler.Instance, error) {
+	if r.Reservation != "" {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err := p.admit(ctx, []autoscaler.NodeRequest{r}, time.Now()); err != nil {
+			return autoscaler.Instance{}, err
+		}
+	}
+	return p.launch(ctx, r)
+}
+
+// exists says whether the node exists.
+func (p *Provider) exists(ctx context.Context, name string) (bool, error) {
+	_, err := p.o.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("looking for node %s: %w", name, err)
+	}
+}
+
+// launch is Launch once the request is admitted.
+func (p *Provider) launch(ctx context.Context, r autoscaler.NodeRequest) (autoscaler.Instance, error) {
 	nodes := p.o.Client.CoreV1().Nodes()
 	if n, err := nodes.Get(ctx, r.Name, metav1.GetOptions{}); err == nil {
 		return instance(n), nil
@@ -75,8 +111,13 @@ func (p *Provider) Launch(ctx context.Context, r autoscaler.NodeRequest) (autosc
 	l := map[string]string{labels.Hostname: r.Name}
 	maps.Copy(l, r.Labels)
 	l[autoscaler.LaunchedByLabel] = autoscaler.LaunchedByValue
+	annotations := maps.Clone(r.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	p.capacityLabels(r, l, annotations)
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: r.Name, Labels: l, Annotations: maps.Clone(r.Annotations)},
+		ObjectMeta: metav1.ObjectMeta{Name: r.Name, Labels: l, Annotations: annotations},
 		Spec: corev1.NodeSpec{
 			ProviderID: ProviderIDPrefix + r.Name,
 			Taints:     append([]corev1.Taint{notReadyTaint}, r.Taints...),
@@ -102,11 +143,19 @@ func (p *Provider) Launch(ctx context.Context, r autoscaler.NodeRequest) (autosc
 }
 
 // LaunchUltraServer implements autoscaler.Provider: it creates the Nodes of one UltraServer, or,
-// when one cannot be created, deletes those it created and returns the error.
+// when one cannot be created, deletes those it created and returns the error. Nodes that name a
+// reservation are admitted together: all of them fit into what is left of it, or none launches.
 func (p *Provider) LaunchUltraServer(ctx context.Context, id string, nodes []autoscaler.NodeRequest) ([]autoscaler.Instance, error) {
+	if slices.ContainsFunc(nodes, func(r autoscaler.NodeRequest) bool { return r.Reservation != "" }) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err := p.admit(ctx, nodes, time.Now()); err != nil {
+			return nil, fmt.Errorf("UltraServer %s: %w", id, err)
+		}
+	}
 	var out []autoscaler.Instance
 	for _, r := range nodes {
-		in, err := p.Launch(ctx, r)
+		in, err := p.launch(ctx, r)
 		if err != nil {
 			for _, created := range out {
 				_ = p.Delete(ctx, created.Name)
@@ -120,11 +169,6 @@ func (p *Provider) LaunchUltraServer(ctx context.Context, id string, nodes []aut
 
 // capacity is what the node will offer: CPU, memory, pods, and for the device plugin the three
 // Neuron resources at the type's default LNC.
-// Reservations implements autoscaler.Provider.
-func (p *Provider) Reservations(context.Context) ([]autoscaler.Reservation, error) {
-	return nil, nil
-}
-
 func capacity(it topology.InstanceType, mode string) corev1.ResourceList {
 	c := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(max(it.VCPU, 1)), resource.DecimalSI),
