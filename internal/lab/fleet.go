@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -31,8 +33,26 @@ const DefaultDriverVersion = neuron.DefaultDriverVersion
 //	- {name: trn1-a, instanceType: trn1.32xlarge, mode: device-plugin}
 //	- {name: trn2-a, instanceType: trn2.48xlarge, mode: dra, lnc: 2, driverVersion: 2.26.5.0}
 //	- {name: us, instanceType: trn2u.48xlarge, mode: dra, count: 4, ultraserver: us-1}
+//	reservations:
+//	- {id: cr-lab-1, instanceType: trn1.32xlarge, count: 2}
+//	- {id: cr-lab-2, instanceType: trn1.32xlarge, count: 1, endTime: "2026-11-27T01:00:00Z"}
 type FleetFile struct {
 	Nodes []FleetEntry `json:"nodes"`
+	// Reservations is the reserved capacity neuron-autoscaler's local provider launches into
+	// (Lab.StartAutoscaler passes them with --local-reservations).
+	Reservations []FleetReservation `json:"reservations,omitempty"`
+}
+
+// FleetReservation is a capacity reservation the lab pretends was bought: Count instances of
+// InstanceType that neuron-autoscaler may launch into it at once. With EndTime (RFC 3339) it is
+// a Capacity Block for ML, whose nodes are drained and removed before it ends; without, an
+// On-Demand Capacity Reservation. The same fields, as JSON, make the file of the autoscaler's
+// --local-reservations flag.
+type FleetReservation struct {
+	ID           string `json:"id"`
+	InstanceType string `json:"instanceType"`
+	Count        int    `json:"count"`
+	EndTime      string `json:"endTime,omitempty"`
 }
 
 // FleetEntry is one line of a fleet file.
@@ -97,13 +117,17 @@ func ParseFleet(data []byte) (FleetFile, error) {
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return FleetFile{}, fmt.Errorf("%w (known fields: nodes; and per node: name, instanceType, mode, lnc, driverVersion, count, ultraserver, kubelet)", err)
+		return FleetFile{}, fmt.Errorf("%w (known fields: nodes, reservations; per node: name, instanceType, mode, lnc, driverVersion, count, ultraserver, kubelet; per reservation: id, instanceType, count, endTime)", err)
 	}
 	return f, nil
 }
 
-// Expand validates the fleet against the catalog and returns one spec per node.
+// Expand validates the fleet (its reservations too) against the catalog and returns one spec
+// per node.
 func (f FleetFile) Expand(cat *topology.Catalog) ([]NodeSpec, error) {
+	if err := ValidateReservations(f.Reservations, cat); err != nil {
+		return nil, err
+	}
 	var out []NodeSpec
 	names := map[string]bool{}
 	members := map[string][]int{} // ultraserver name -> indexes into out
@@ -217,4 +241,71 @@ func validNodeName(name string) string {
 		return "no empty labels"
 	}
 	return ""
+}
+
+// ValidateReservations checks that every reservation has an id used once, an instance type of
+// the catalog, a count of at least 1 and, if given, an RFC 3339 end time.
+func ValidateReservations(rs []FleetReservation, cat *topology.Catalog) error {
+	ids := map[string]bool{}
+	for i, r := range rs {
+		where := fmt.Sprintf("reservations[%d]", i)
+		if r.ID == "" {
+			return fmt.Errorf("%s: id is required", where)
+		}
+		where = fmt.Sprintf("reservations[%d] (%s)", i, r.ID)
+		if ids[r.ID] {
+			return fmt.Errorf("%s: id %s is used twice", where, r.ID)
+		}
+		ids[r.ID] = true
+		if _, err := cat.Get(r.InstanceType); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		if r.Count < 1 {
+			return fmt.Errorf("%s: count %d: a reservation holds at least 1 instance", where, r.Count)
+		}
+		if r.EndTime != "" {
+			if _, err := time.Parse(time.RFC3339, r.EndTime); err != nil {
+				return fmt.Errorf("%s: endTime %q is not an RFC 3339 time such as 2026-11-27T01:00:00Z", where, r.EndTime)
+			}
+		}
+	}
+	return nil
+}
+
+// reservationsJSON is the --local-reservations file of the reservations: the same fields, the
+// end time in UTC.
+func reservationsJSON(rs []FleetReservation) ([]byte, error) {
+	out := make([]FleetReservation, 0, len(rs))
+	for _, r := range rs {
+		if r.EndTime != "" {
+			end, err := time.Parse(time.RFC3339, r.EndTime)
+			if err != nil {
+				return nil, fmt.Errorf("reservation %s: endTime %q is not an RFC 3339 time", r.ID, r.EndTime)
+			}
+			r.EndTime = end.UTC().Format(time.RFC3339)
+		}
+		out = append(out, r)
+	}
+	return json.MarshalIndent(out, "", "  ")
+}
+
+// ReservationsFile is the name of the file, in the lab's directory, of the reservations the lab
+// passes to neuron-autoscaler.
+const ReservationsFile = "reservations.json"
+
+// reservationArgs writes the reservations to dir/ReservationsFile and returns the autoscaler's
+// flag naming it; nothing without reservations.
+func reservationArgs(dir string, rs []FleetReservation) ([]string, error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	data, err := reservationsJSON(rs)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, ReservationsFile)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return nil, fmt.Errorf("writing the autoscaler's reservations: %w", err)
+	}
+	return []string{"--local-reservations=" + path}, nil
 }

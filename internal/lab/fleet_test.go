@@ -1,9 +1,13 @@
 package lab
 
 import (
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kube-neuron/kube-neuron/internal/autoscaler/local"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -122,4 +126,68 @@ func FuzzParseFleet(f *testing.F) {
 			seen[s.Name] = true
 		}
 	})
+}
+
+func TestFleetReservations(t *testing.T) {
+	cat := topology.DefaultCatalog()
+	f, err := ParseFleet([]byte(`nodes: []
+reservations:
+- {id: cr-lab-1, instanceType: trn1.32xlarge, count: 2}
+- {id: cr-lab-2, instanceType: trn1.32xlarge, count: 1, endTime: "2026-11-27T02:00:00+01:00"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Expand(cat); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Reservations) != 2 || f.Reservations[0] != (FleetReservation{ID: "cr-lab-1", InstanceType: "trn1.32xlarge", Count: 2}) {
+		t.Fatalf("reservations %+v", f.Reservations)
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{"reservations:\n- {id: a, instanceType: trn1.32xlarge, count: 1, az: x}\n", `unknown field "az"`},
+		{"reservations:\n- {instanceType: trn1.32xlarge, count: 1}\n", "reservations[0]: id is required"},
+		{"reservations:\n- {id: a, instanceType: p5.48xlarge, count: 1}\n", `reservations[0] (a): instance type "p5.48xlarge" is not in the catalog`},
+		{"reservations:\n- {id: a, instanceType: trn1.32xlarge}\n", "reservations[0] (a): count 0: a reservation holds at least 1 instance"},
+		{"reservations:\n- {id: a, instanceType: trn1.32xlarge, count: -1}\n", "count -1"},
+		{"reservations:\n- {id: a, instanceType: trn1.32xlarge, count: 1, endTime: soon}\n", `reservations[0] (a): endTime "soon" is not an RFC 3339 time`},
+		{"reservations:\n- {id: a, instanceType: trn1.32xlarge, count: 1}\n- {id: a, instanceType: inf2.xlarge, count: 1}\n", "reservations[1] (a): id a is used twice"},
+	} {
+		f, err := ParseFleet([]byte(tc.doc))
+		if err == nil {
+			_, err = f.Expand(cat)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.doc, err, tc.want)
+		}
+	}
+}
+
+// TestReservationArgs: the lab writes the reservations to a file the local provider reads, and
+// passes it by its flag; without reservations, no flag.
+func TestReservationArgs(t *testing.T) {
+	dir := t.TempDir()
+	if args, err := reservationArgs(dir, nil); err != nil || len(args) != 0 {
+		t.Errorf("no reservations: %v, %v", args, err)
+	}
+	rs := []FleetReservation{
+		{ID: "cr-lab-1", InstanceType: "trn1.32xlarge", Count: 2},
+		{ID: "cr-lab-2", InstanceType: "inf2.48xlarge", Count: 1, EndTime: "2026-11-27T02:00:00+01:00"},
+	}
+	args, err := reservationArgs(dir, rs)
+	path := filepath.Join(dir, ReservationsFile)
+	if err != nil || len(args) != 1 || args[0] != "--local-reservations="+path {
+		t.Fatalf("args %v, %v", args, err)
+	}
+	got, err := local.LoadReservations(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []local.Reservation{
+		{ID: "cr-lab-1", InstanceType: "trn1.32xlarge", Count: 2},
+		{ID: "cr-lab-2", InstanceType: "inf2.48xlarge", Count: 1, End: time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC)},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the provider read %+v, want %+v", got, want)
+	}
 }

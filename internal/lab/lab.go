@@ -129,11 +129,14 @@ type Lab struct {
 	extender    *Process
 	extenderURL string
 	autoscaler  *Process
-	lws         *Process
-	adopted     map[string]NodeSpec // nodes created through the API (LocalProviderIDPrefix) and simulated
-	stopAdopt   context.CancelFunc
-	adoptDone   chan struct{}
-	stopBusy    func() // stops the loop that makes held devices look busy (busy.go)
+	// reservations are passed to neuron-autoscaler by StartAutoscaler (the fleet's, or
+	// SetReservations').
+	reservations []FleetReservation
+	lws          *Process
+	adopted      map[string]NodeSpec // nodes created through the API (LocalProviderIDPrefix) and simulated
+	stopAdopt    context.CancelFunc
+	adoptDone    chan struct{}
+	stopBusy     func() // stops the loop that makes held devices look busy (busy.go)
 
 	real *realLab // nil without real nodes
 }
@@ -366,18 +369,44 @@ func (l *Lab) startExtender(ctx context.Context) error {
 }
 
 // StartAutoscaler runs neuron-autoscaler with the local provider and extra arguments after the
-// lab's (stopped with the lab, or with StopAutoscaler).
+// lab's (stopped with the lab, or with StopAutoscaler). The lab's reservations (the fleet's, or
+// the last SetReservations') go to a file in the lab's directory, reservations.json, passed
+// with --local-reservations.
 func (l *Lab) StartAutoscaler(extra ...string) error {
-	args := append([]string{
+	args := []string{
 		"--provider=local", "--kubeconfig=" + l.cp.Kubeconfig(), "--leader-elect=false",
 		"--batch-window=1s", "--resync-interval=2s", "--metrics-address=", fmt.Sprintf("-v=%d", l.opts.Verbosity),
-	}, extra...)
+	}
+	l.mu.Lock()
+	rs := slices.Clone(l.reservations)
+	l.mu.Unlock()
+	more, err := reservationArgs(l.cp.Dir(), rs)
+	if err != nil {
+		return err
+	}
+	args = append(append(args, more...), extra...)
 	p, err := l.startComponent(ComponentAutoscaler, "", args)
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
 	l.autoscaler = p
+	l.mu.Unlock()
+	return nil
+}
+
+// SetReservations validates and replaces the reservations that StartAutoscaler passes to
+// neuron-autoscaler; a running autoscaler keeps its own until it is restarted.
+func (l *Lab) SetReservations(rs []FleetReservation) error {
+	cat := l.opts.Catalog
+	if cat == nil {
+		cat = topology.DefaultCatalog()
+	}
+	if err := ValidateReservations(rs, cat); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.reservations = slices.Clone(rs)
 	l.mu.Unlock()
 	return nil
 }
@@ -491,7 +520,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 		}
 		return nil, err
 	}
-	l := &Lab{cp: cp, specs: specs, real: real}
+	l := &Lab{cp: cp, specs: specs, real: real, reservations: slices.Clone(fleet.Reservations)}
 	fail := func(err error) (*Lab, error) {
 		return nil, errors.Join(err, l.Stop())
 	}
