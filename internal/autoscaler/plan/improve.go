@@ -78,7 +78,7 @@ type shelf struct {
 	mode      string
 	ti        int
 	launching bool
-	res       int // node.res
+	res       int   // node.res
 	nodes     []int // indices into run.nodes
 }
 

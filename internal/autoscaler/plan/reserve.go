@@ -46,7 +46,9 @@ func withCapacity(l map[string]string, id string) map[string]string {
 }
 
 // isCapacityKey reports whether a label key is one of the capacity labels.
-func isCapacityKey(k string) bool { return k == labels.CapacityType || k == labels.CapacityReservationID }
+func isCapacityKey(k string) bool {
+	return k == labels.CapacityType || k == labels.CapacityReservationID
+}
 
 // namesCapacity reports whether the pod's nodeSelector or required node affinity names a
 // capacity label.
