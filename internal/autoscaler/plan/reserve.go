@@ -133,7 +133,7 @@ func (p *planner) reserves() *reserves {
 	rv := &reserves{capSel: make([]bool, len(p.pending))}
 	for _, res := range p.opts.Reservations {
 		ti, ok := p.typeIndex[res.InstanceType]
-		if !ok || res.UltraServer || res.Available <= 0 || p.byPrice[ti].UltraServerNodes > 0 {
+		if !ok || res.UltraServer || p.byPrice[ti].UltraServerNodes > 0 {
 			continue
 		}
 		rv.list = append(rv.list, res)
@@ -164,6 +164,23 @@ func (p *planner) reserves() *reserves {
 			ti := rv.ti[k]
 			rv.in[i][k] = p.allow[i].has(ti) && matchesNode(d.Pod, withCapacity(NewNodeLabels(p.byPrice[ti], p.mode[i]), res.ID))
 		}
+	}
+	// Pods that only a reservation may take go first: a pod that may go on demand would
+	// otherwise take the slot they need.
+	only := func(i int) bool {
+		return rv.capSel[i] && !slices.ContainsFunc(p.cands[i], func(t topology.InstanceType) bool { return rv.onDemand[i].has(p.typeIndex[t.Name]) })
+	}
+	slices.SortStableFunc(p.order, func(a, b int) int {
+		switch oa, ob := only(a), only(b); {
+		case oa && !ob:
+			return -1
+		case ob && !oa:
+			return 1
+		}
+		return 0
+	})
+	for k, i := range p.order {
+		p.rank[i] = k
 	}
 	return rv
 }
