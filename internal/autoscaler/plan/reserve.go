@@ -165,6 +165,9 @@ func (p *planner) reserves() *reserves {
 			rv.in[i][k] = p.allow[i].has(ti) && matchesNode(d.Pod, withCapacity(NewNodeLabels(p.byPrice[ti], p.mode[i]), res.ID))
 		}
 	}
+	if !anySel {
+		return rv
+	}
 	// Pods that only a reservation may take go first: a pod that may go on demand would
 	// otherwise take the slot they need.
 	only := func(i int) bool {

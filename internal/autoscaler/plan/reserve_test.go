@@ -451,3 +451,25 @@ func TestPlanReservationProperties(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanReservationsNeverDearer: reservations only make a plan cheaper. On random rounds
+// without limits, the plan with random reservations places as many pods and costs no more than
+// the plan without them.
+func TestPlanReservationsNeverDearer(t *testing.T) {
+	types := defaultCatalog.Types()
+	for seed := range uint64(300) {
+		r := rand.New(rand.NewPCG(seed, 99))
+		pending, _, opts := randomBatch(r, 24)
+		opts.MaxNodes, opts.MaxDevices = 0, 0
+		reservations := randomReservations(r, types)
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			without, wd := Plan(pending, nil, opts)
+			opts.Reservations = reservations
+			with, d := Plan(pending, nil, opts)
+			checkPlan(t, pending, nil, opts, with, d)
+			if got, base := planCost(with, d), planCost(without, wd); got.compare(base) > 0 {
+				t.Errorf("with reservations %v the plan costs %+v, without %+v", reservations, got, base)
+			}
+		})
+	}
+}
