@@ -91,6 +91,19 @@ type ControllerOptions struct {
 	Identity string
 	// MetricsAddress serves /metrics, /healthz and /readyz; empty serves nothing.
 	MetricsAddress string
+
+	// ReservedOnly launches new nodes only into the provider's capacity reservations
+	// (Provider.Reservations): the on-demand fallback is off.
+	ReservedOnly bool
+	// CapacityBlockDrainLead and UltraServerCapacityBlockDrainLead: the nodes of a Capacity
+	// Block (an UltraServer block for the second) are cordoned and drained this long before the
+	// block ends (blockend.go); 0 means DefaultCapacityBlockDrainLead and
+	// DefaultUltraServerCapacityBlockDrainLead.
+	CapacityBlockDrainLead, UltraServerCapacityBlockDrainLead time.Duration
+	// NodeStartupEstimate is how long a new node takes to take pods: no pod is planned onto a
+	// reservation that ends within this estimate and its drain lead. 0 means
+	// DefaultNodeStartupEstimate.
+	NodeStartupEstimate time.Duration
 }
 
 // Controller watches pending Neuron pods, launches nodes for them through a Provider and
@@ -142,6 +155,11 @@ type Controller struct {
 	// the plan moved off a launching node (the scheduler took its room) is still listed in that
 	// node's planned pods: it is offered to the plan on the node it was moved to only.
 	placedLast map[string]string
+	// reserved are the provider's reservations as this round lists them.
+	reserved roundReservations
+	// unknownReservations: the reservations (id/instance type) of a type the catalog does not
+	// have, logged once.
+	unknownReservations map[string]bool
 
 	leading, synced atomic.Bool
 }
@@ -154,9 +172,13 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	if o.Catalog == nil {
 		o.Catalog = topology.DefaultCatalog()
 	}
-	if o.BatchWindow < 0 || o.ScaleDownAfter < 0 || o.RegisterTimeout < 0 || o.MaxNodes < 0 || o.MaxDevices < 0 {
-		return nil, errors.New("the batch window, scale-down delay, register timeout, max nodes and max devices must not be negative")
+	if o.BatchWindow < 0 || o.ScaleDownAfter < 0 || o.RegisterTimeout < 0 || o.MaxNodes < 0 || o.MaxDevices < 0 ||
+		o.CapacityBlockDrainLead < 0 || o.UltraServerCapacityBlockDrainLead < 0 || o.NodeStartupEstimate < 0 {
+		return nil, errors.New("the batch window, scale-down delay, register timeout, max nodes, max devices, drain leads and node startup estimate must not be negative")
 	}
+	o.CapacityBlockDrainLead = cmp.Or(o.CapacityBlockDrainLead, DefaultCapacityBlockDrainLead)
+	o.UltraServerCapacityBlockDrainLead = cmp.Or(o.UltraServerCapacityBlockDrainLead, DefaultUltraServerCapacityBlockDrainLead)
+	o.NodeStartupEstimate = cmp.Or(o.NodeStartupEstimate, DefaultNodeStartupEstimate)
 	known := plan.Families(o.Catalog.Types())
 	for _, f := range o.Families {
 		if !slices.Contains(known, f) {
@@ -178,6 +200,7 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	return &Controller{
 		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{}, renominations: newRenominations(),
 		fleet: newFleet(), plan: plan.Plan, emitted: map[eventKey]emission{}, placedLast: map[string]string{},
+		unknownReservations: map[string]bool{},
 	}, nil
 }
 
@@ -211,6 +234,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 		c.metrics.pending.Set(float64(len(pending)))
 		return fmt.Errorf("listing the %s provider's nodes (nothing is launched or removed without them): %w", c.o.Provider.Name(), err)
 	}
+	c.reserved = c.reservations(ctx, now)
 	launching, planned := c.launching(ctx, insts, nodes, byKey, now)
 	taken := map[string]bool{}
 	for _, in := range insts {
@@ -234,7 +258,8 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			c.recordPlanned(ctx, l.Name)
 		}
 	}
-	c.release(ctx, nodeList, assigned, now)
+	c.release(ctx, nodeList, assigned, insts, now)
+	nodeList = c.drainEnding(ctx, nodeList, insts, now)
 	c.scaleDown(ctx, nodeList, planned, byKey, now)
 	return nil
 }
