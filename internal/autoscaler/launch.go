@@ -1,7 +1,6 @@
 package autoscaler
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -132,13 +131,14 @@ func (c *Controller) nodeName(instanceType string, pods []string, taken map[stri
 func (c *Controller) nodeRequest(name string, n plan.NodePlan, pods []string) NodeRequest {
 	lbls := n.Labels()
 	lbls[LaunchedByLabel] = LaunchedByValue
-	// The planner's labels carry the capacity labels; a plan made without them still launches
-	// a node that says where it runs.
+	// The capacity labels follow the reservation the node launches into (the planner's labels
+	// say the same).
 	if n.Reservation != "" {
-		lbls[labels.CapacityReservationID] = cmp.Or(lbls[labels.CapacityReservationID], n.Reservation)
-		lbls[labels.CapacityType] = cmp.Or(lbls[labels.CapacityType], labels.CapacityTypeReserved)
+		lbls[labels.CapacityReservationID] = n.Reservation
+		lbls[labels.CapacityType] = labels.CapacityTypeReserved
 	} else {
-		lbls[labels.CapacityType] = cmp.Or(lbls[labels.CapacityType], labels.CapacityTypeOnDemand)
+		delete(lbls, labels.CapacityReservationID)
+		lbls[labels.CapacityType] = labels.CapacityTypeOnDemand
 	}
 	annotations := map[string]string{PlannedPodsAnnotation: strings.Join(pods, ",")}
 	if r, ok := c.reserved.byID[n.Reservation]; ok && n.Reservation != "" && !r.End.IsZero() {
