@@ -123,7 +123,9 @@ type ControllerOptions struct {
 // nominated to it (releaseRule). A node the
 // autoscaler launched that holds no pod (DaemonSet and mirror pods, and finished pods, aside)
 // and no pending pod planned onto it for ScaleDownAfter is cordoned, checked again against the
-// API server, and removed; nothing is ever evicted.
+// API server, and removed; scale-down evicts nothing. Each round also lists the provider's
+// capacity reservations for the plan (reservations.go), and drains the launched nodes of a
+// Capacity Block that ends (blockend.go).
 type Controller struct {
 	o        ControllerOptions
 	metrics  *metrics
@@ -211,8 +213,9 @@ func (c *Controller) Handler() http.Handler {
 }
 
 // reconcile is one round: the provider's instances first (what is launching, and for which
-// pods), then the scale-up for the pending pods, the pods it added to launching nodes recorded
-// through the provider, the release of the launched nodes that are up, then the scale-down.
+// pods) and its reservations, then the scale-up for the pending pods, the pods it added to
+// launching nodes recorded through the provider, the release of the launched nodes that are up,
+// the drain of the nodes of ending Capacity Blocks, then the scale-down.
 func (c *Controller) reconcile(ctx context.Context) error {
 	now := c.o.Now()
 	maps.DeleteFunc(c.emitted, func(_ eventKey, e emission) bool { return now.Sub(e.at) >= eventInterval })
