@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kube-neuron/kube-neuron/internal/autoscaler/plan"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
@@ -226,5 +227,29 @@ func TestAddLabelOps(t *testing.T) {
 	got := addLabelOps(some, add)
 	if len(got) != 1 || got[0]["path"] != "/metadata/labels/kube-neuron.io~1capacity-reservation-id" || got[0]["value"] != "cr-1" {
 		t.Errorf("ops %v, want the id only, its key escaped", got)
+	}
+}
+
+// TestControllerLaunchesAnUltraServerIntoItsBlock: every node of an UltraServer the plan puts
+// into an UltraServer Capacity Block is launched into it, with the block's end.
+func TestControllerLaunchesAnUltraServerIntoItsBlock(t *testing.T) {
+	objs := []runtime.Object{daemonSet("dra", map[string]string{"app": plan.DRADriverName}), plan.DefaultDeviceClass(), us4Template()}
+	for i := range 4 {
+		objs = append(objs, us4Replica(i))
+	}
+	e := newEnv(t, objs...)
+	e.provider.reservations = trn1Reservations()
+	c, _ := e.controller()
+	var got plan.Options
+	c.plan = reservingPlan(&got, "cr-us")
+	round(t, c)
+	launches := e.provider.launched()
+	if len(launches) != 4 {
+		t.Fatalf("launched %d nodes, want the 4 of one UltraServer", len(launches))
+	}
+	for _, r := range launches {
+		if r.Reservation != "cr-us" || r.Labels[labels.CapacityReservationID] != "cr-us" || r.Annotations[labels.CapacityReservationEndAnnotation] != "2026-03-01T15:00:00Z" {
+			t.Errorf("node %s launched into %q with labels %v annotations %v, want cr-us and its end", r.Name, r.Reservation, r.Labels, r.Annotations)
+		}
 	}
 }
