@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -24,16 +25,21 @@ import (
 )
 
 // release removes LaunchingTaint from the launched nodes that the release rule (releaseRule)
-// lets take pods now.
-func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed map[string]placement, now time.Time) {
+// lets take pods now, and adds the capacity labels of their Instances that they lack.
+func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed map[string]placement, insts []Instance, now time.Time) {
 	logger := klog.FromContext(ctx)
 	holds, present := c.holds(nodes, placed, now)
-	c.fleet.forgetGone(present, func(r *nodeRecord) { r.servingSince, r.releasedAt = time.Time{}, time.Time{} })
-	c.renominations.expire(now)
 	byName := map[string]*hold{}
 	for _, h := range holds {
 		byName[h.node.Name] = h
 	}
+	for _, in := range insts {
+		if h := byName[in.Name]; h != nil {
+			h.capacity = missingCapacityLabels(h.node, in)
+		}
+	}
+	c.fleet.forgetGone(present, func(r *nodeRecord) { r.servingSince, r.releasedAt = time.Time{}, time.Time{} })
+	c.renominations.expire(now)
 	all := groupReady(placed, byName, present)
 	var out []*hold
 	for _, h := range holds {
@@ -169,10 +175,10 @@ func (c *Controller) untaintAll(ctx context.Context, out []*hold, now time.Time)
 	logger := klog.FromContext(ctx)
 	slices.SortStableFunc(out, func(a, b *hold) int { return c.compareFirstPods(a.pods, b.pods) })
 	errs := make([]error, len(out))
-	errs[0] = c.untaint(ctx, out[0].node)
+	errs[0] = c.untaint(ctx, out[0].node, out[0].capacity)
 	var wg sync.WaitGroup
 	for i, h := range out[1:] {
-		wg.Go(func() { errs[i+1] = c.untaint(ctx, h.node) })
+		wg.Go(func() { errs[i+1] = c.untaint(ctx, h.node, h.capacity) })
 	}
 	wg.Wait()
 	for i, h := range out {
@@ -184,6 +190,34 @@ func (c *Controller) untaintAll(ctx context.Context, out []*hold, now time.Time)
 		c.renominations.add(h.pods, h.node.Name, now.Add(settleAfterReady))
 		logger.Info("Released a launched node: it takes pods now", "node", h.node.Name, "pods", h.pods)
 	}
+}
+
+// addLabelOps are the JSON patch operations that add the labels add the node lacks (all of
+// them as the label map when it has none).
+func addLabelOps(node *corev1.Node, add map[string]string) []map[string]any {
+	keys := slices.Sorted(maps.Keys(add))
+	var missing []string
+	for _, k := range keys {
+		if _, has := node.Labels[k]; !has {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if node.Labels == nil {
+		m := map[string]string{}
+		for _, k := range missing {
+			m[k] = add[k]
+		}
+		return []map[string]any{{"op": "add", "path": "/metadata/labels", "value": m}}
+	}
+	var ops []map[string]any
+	esc := strings.NewReplacer("~", "~0", "/", "~1")
+	for _, k := range missing {
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/labels/" + esc.Replace(k), "value": add[k]})
+	}
+	return ops
 }
 
 // compareFirstPods compares two nodes' pending pods (keys) by the first of them the scheduler
@@ -225,10 +259,28 @@ func (c *Controller) compareFirstPods(a, b []string) int {
 	return strings.Compare(fa.key, fb.key)
 }
 
+// missingCapacityLabels returns the capacity labels (reservation id, capacity type) of the
+// Instance that the Node lacks.
+func missingCapacityLabels(node *corev1.Node, in Instance) map[string]string {
+	var out map[string]string
+	for _, k := range []string{labels.CapacityReservationID, labels.CapacityType} {
+		if v, ok := in.Labels[k]; ok && v != "" {
+			if _, has := node.Labels[k]; !has {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
 // untaint removes LaunchingTaint from a node with a JSON patch that first tests that the taint
 // is still where the cache saw it, so that a taint another client added or removed meanwhile is
-// never lost (the patch then fails, and the next round tries again with the new list).
-func (c *Controller) untaint(ctx context.Context, node *corev1.Node) error {
+// never lost (the patch then fails, and the next round tries again with the new list). The same
+// patch adds the labels add (the capacity labels the Node lacks).
+func (c *Controller) untaint(ctx context.Context, node *corev1.Node, add map[string]string) error {
 	client := c.o.Client
 	if c.o.ReleaseClient != nil {
 		client = c.o.ReleaseClient
@@ -251,7 +303,9 @@ func (c *Controller) untaint(ctx context.Context, node *corev1.Node) error {
 			return nil
 		}
 		path := fmt.Sprintf("/spec/taints/%d", i)
-		patch, merr := json.Marshal([]map[string]any{{"op": "test", "path": path, "value": node.Spec.Taints[i]}, {"op": "remove", "path": path}})
+		ops := []map[string]any{{"op": "test", "path": path, "value": node.Spec.Taints[i]}, {"op": "remove", "path": path}}
+		ops = append(ops, addLabelOps(node, add)...)
+		patch, merr := json.Marshal(ops)
 		if merr != nil {
 			return merr
 		}

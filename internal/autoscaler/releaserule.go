@@ -9,6 +9,9 @@ type hold struct {
 	unnominated []string // of those, the ones whose nomination is not in place
 	serving     bool     // it could take its pods but for LaunchingTaint (Controller.serving)
 	waited      bool     // it has been serving for releaseWait
+	// capacity are the capacity labels its Instance carries and the Node lacks: they are added
+	// with the release (on EC2 the launch template cannot know the reservation).
+	capacity map[string]string
 }
 
 // verdict is what the release rule says of a held node.

@@ -136,7 +136,7 @@ func limitProblems(pod *corev1.Pod) []Problem {
 // affinity that together allow no instance type of the catalog.
 func selectorProblems(d PodDemand, cat *topology.Catalog) []Problem {
 	var out []Problem
-	known := NewNodeLabels(topology.InstanceType{}, d.Mode())
+	known := withCapacity(NewNodeLabels(topology.InstanceType{}, d.Mode()), reservedMarker) // some new node carries each capacity label
 	for _, k := range sortedKeys(d.Pod.Spec.NodeSelector) {
 		if _, us := ultraServerKeys[k]; us {
 			out = append(out, problem("the pod's nodeSelector %s=%s pins it to the nodes of one UltraServer (a LeaderWorkerSet's workers follow their leader so): "+

@@ -205,7 +205,8 @@ func TestCheck(t *testing.T) {
 			name: "nodeSelector on a label a new node does not carry",
 			d:    demand(testPod("p").Neuron(1).Selector("team", "ml")), env: allDaemonSets,
 			want: []string{"the pod's nodeSelector team=ml can never match a new Neuron node: new nodes carry only the labels " +
-				"node.kubernetes.io/instance-type, karpenter.k8s.aws/instance-family, kubernetes.io/arch=amd64, kubernetes.io/os=linux and kube-neuron.io/allocation-mode. " +
+				"node.kubernetes.io/instance-type, karpenter.k8s.aws/instance-family, kubernetes.io/arch=amd64, kubernetes.io/os=linux, kube-neuron.io/allocation-mode, " +
+				"kube-neuron.io/capacity-type and (in a reservation) kube-neuron.io/capacity-reservation-id. " +
 				"Remove team from the pod's nodeSelector"},
 		},
 		{name: "nodeSelector on the labels a new node carries", d: demand(testPod("p").Neuron(1).Selector("kubernetes.io/os", "linux").Selector(labels.AllocationMode, "device-plugin")), env: allDaemonSets},

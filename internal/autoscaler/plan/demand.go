@@ -100,14 +100,15 @@ func (d PodDemand) Mode() string {
 }
 
 // Allows reports whether the pod's nodeSelector, required node affinity and, for DRA, its
-// claims' instance types allow a new node of type t.
+// claims' instance types allow a new node of type t, on demand or in some reservation (the
+// capacity labels, withCapacity).
 func (d PodDemand) Allows(t topology.InstanceType) bool {
 	for _, r := range d.DRA {
 		if r.InstanceTypes != nil && !slices.Contains(r.InstanceTypes, t.Name) || r.Matching != nil && !slices.Contains(r.Matching, t.Name) {
 			return false
 		}
 	}
-	return matchesNode(d.Pod, NewNodeLabels(t, d.Mode()))
+	return matchesSomeCapacity(d.Pod, NewNodeLabels(t, d.Mode()))
 }
 
 // WaitingForScaleUp reports whether the pod is one the autoscaler acts on: pending, not bound,

@@ -23,8 +23,24 @@
 // what their author expects (kubectl-neuron check uses it).
 //
 // New nodes carry NewNodeLabels and NeuronTaint: the instance type and family, amd64/linux and
-// kube-neuron.io/allocation-mode. A pod's nodeSelector or node affinity is evaluated against
-// exactly those labels.
+// kube-neuron.io/allocation-mode; and the capacity labels (NodePlan.Labels). A pod's nodeSelector
+// or node affinity is evaluated against exactly those labels.
+//
+// Reserved capacity (Options.Reservations: On-Demand Capacity Reservations and Capacity Blocks
+// for ML the user bought) is already paid for: a new node launched into a reservation costs $0
+// (it is counted in ScaleUp.ReservedNodes, not in CostUSDPerHour), so the search opens nodes in
+// reservations before on-demand ones and its improvements move pods into them where that saves
+// money; among plans of one price the one that uses fewer reserved instances wins, leaving room
+// for later pods. A run counts the instances it takes of each reservation and never plans past
+// its Available; an improvement that removes a reserved node gives the slot back. Reservations of
+// one type add up, and each reserved NodePlan names the one it launches into. UltraServer
+// reservations (trn2u) take whole UltraServers, UltraServerNodes instances each. With
+// Options.ReservedOnly (the on-demand fallback off) no on-demand node is planned, and a pod no
+// reservation takes is refused with the reservations of its types and what they have left. A
+// reserved node is labelled kube-neuron.io/capacity-type=reserved and
+// kube-neuron.io/capacity-reservation-id=<id>, an on-demand one capacity-type=on-demand; a pod
+// that selects these labels goes only where they match (Check takes them as labels some new node
+// carries), and pods that only a reservation may take are placed first (reserve.go).
 //
 // DRA pods are placed as the kube-scheduler allocates their claims: the caller gives a pod's
 // ResourceClaims (PodDemand.Claims) and the cluster's ResourceSlices and DeviceClasses
@@ -41,8 +57,8 @@
 // Files: plan.go is the API (Plan, its options and results); sim.go simulates one node with the
 // topology engine; planner.go and plan_cache.go index the pending pods and memoise their fits;
 // run.go is one search (launching nodes first, then new nodes, within the limits); improve.go
-// improves a packed run (evacuate, merge, downsize); result.go turns the best run into
-// decisions and their messages. check.go is Check, with demand.go (what a pending pod asks
+// improves a packed run (evacuate, merge, downsize); reserve.go prices and counts reserved
+// nodes; result.go turns the best run into decisions and their messages. check.go is Check, with demand.go (what a pending pod asks
 // for, PodDemand), newnode.go (the labels and taints of a new node, and which pods and
 // DaemonSets match them) and messages.go (how the messages write sizes, prices and lists);
 // advice.go is Advise, selectors.go the DRA selector templates, allocate.go, claims.go and

@@ -25,7 +25,7 @@ func (r *run) evacuate() bool {
 			q := p.req[i]
 			best, bestScore := -1, math.Inf(-1)
 			for _, s := range shelves {
-				if s.mode != p.mode[i] || !p.allow[i].has(s.ti) || !(s.launching || p.famOK[s.ti]) {
+				if s.mode != p.mode[i] || !p.allow[i].has(s.ti) || !(s.launching || p.famOK[s.ti]) || !p.capacityOK(i, s.ti, s.res, s.launching) {
 					continue
 				}
 				need := p.need[q][s.ti]
@@ -78,6 +78,7 @@ type shelf struct {
 	mode      string
 	ti        int
 	launching bool
+	res       int   // node.res
 	nodes     []int // indices into run.nodes
 }
 
@@ -86,14 +87,15 @@ func (r *run) shelves() []*shelf {
 		mode      string
 		ti        int
 		launching bool
+		res       int
 	}
 	var out []*shelf
 	at := map[key]*shelf{}
 	for j, n := range r.nodes {
-		k := key{n.mode, n.ti, n.launching}
+		k := key{n.mode, n.ti, n.launching, n.res}
 		s, ok := at[k]
 		if !ok {
-			s = &shelf{mode: n.mode, ti: n.ti, launching: n.launching}
+			s = &shelf{mode: n.mode, ti: n.ti, launching: n.launching, res: n.res}
 			at[k] = s
 			out = append(out, s)
 		}
@@ -115,7 +117,8 @@ func (r *run) cheapest(pods []int, allow typeSet, need []int, mode string, bound
 		if !t.PriceKnown() || *t.PriceUSDPerHour >= bound-1e-9 {
 			break
 		}
-		if !p.famOK[ti] || !allow.has(ti) || need[ti] > p.cores[ti] || !r.withinLimits(1-replacedNodes, t.Devices-replacedDevices) {
+		if !p.famOK[ti] || !allow.has(ti) || need[ti] > p.cores[ti] || !r.withinLimits(1-replacedNodes, t.Devices-replacedDevices) ||
+			p.rv != nil && !p.onDemandOK(pods, ti) {
 			continue
 		}
 		if n := r.simulate(t, mode, pods); n != nil {
@@ -150,14 +153,14 @@ func (r *run) merge() bool {
 			if na.launching || nb.launching || na.mode != nb.mode {
 				continue
 			}
-			priced := na.t.PriceKnown() && nb.t.PriceKnown()
+			priced := r.priced(na) && r.priced(nb)
 			if !priced && (na.t.Name != nb.t.Name || na.need[na.ti]+nb.need[na.ti] > p.cores[na.ti]) {
 				continue // a node of their type cannot take both nodes' pods (mayMerge)
 			}
 			bound := math.Inf(1)
 			if priced {
-				bound = *na.t.PriceUSDPerHour + *nb.t.PriceUSDPerHour
-				if !p.mayMerge(na, nb, bound) {
+				bound = r.price(na) + r.price(nb)
+				if !p.mayMerge(na, nb, bound) && !r.mayReserve(na, nb, bound) {
 					continue
 				}
 			}
@@ -176,7 +179,9 @@ func (r *run) merge() bool {
 				for ti := range need {
 					need[ti] += nb.need[ti]
 				}
-				m = r.cheapest(pods, allow, need, na.mode, bound, 2, na.t.Devices+nb.t.Devices)
+				if m = r.reserved(pods, allow, need, na.mode, bound, na, nb); m == nil {
+					m = r.cheapest(pods, allow, need, na.mode, bound, 2, na.t.Devices+nb.t.Devices)
+				}
 			} else {
 				m = r.simulate(na.t, na.mode, pods)
 			}
@@ -205,10 +210,13 @@ func (r *run) downsize() bool {
 			continue
 		}
 		bound := math.Inf(1)
-		if n.t.PriceKnown() {
-			bound = *n.t.PriceUSDPerHour
+		if r.priced(n) {
+			bound = r.price(n)
 		}
-		m := r.cheapest(podsOf(n), n.allow, n.need, n.mode, bound, 1, n.t.Devices)
+		m := r.reserved(podsOf(n), n.allow, n.need, n.mode, bound, n)
+		if m == nil {
+			m = r.cheapest(podsOf(n), n.allow, n.need, n.mode, bound, 1, n.t.Devices)
+		}
 		if m == nil {
 			p.failed[key] = true
 			continue

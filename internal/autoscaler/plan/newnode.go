@@ -15,7 +15,8 @@ import (
 
 // NewNodeLabels returns the labels a new Neuron node of type t carries; mode is
 // labels.AllocationModeDevicePlugin or labels.AllocationModeDRA. Check and Plan evaluate pods'
-// nodeSelector and node affinity against these labels and no other.
+// nodeSelector and node affinity against these labels and the capacity labels (NodePlan.Labels)
+// and no other.
 func NewNodeLabels(t topology.InstanceType, mode string) map[string]string {
 	return map[string]string{
 		labels.InstanceType:   t.Name,
@@ -28,7 +29,7 @@ func NewNodeLabels(t topology.InstanceType, mode string) map[string]string {
 
 // newNodeLabelKeys describes NewNodeLabels in messages.
 const newNodeLabelKeys = labels.InstanceType + ", " + labels.InstanceFamily + ", " + archLabel + "=" + archValue +
-	", " + osLabel + "=" + osValue + " and " + labels.AllocationMode
+	", " + osLabel + "=" + osValue + ", " + labels.AllocationMode + ", " + labels.CapacityType + " and (in a reservation) " + labels.CapacityReservationID
 
 // NeuronTaint is the taint every new Neuron node carries: aws.amazon.com/neuron=true:NoSchedule.
 func NeuronTaint() corev1.Taint {

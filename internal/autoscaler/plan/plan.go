@@ -80,10 +80,13 @@ type ScaleUp struct {
 	// Nodes are the launching nodes that take pending pods and the new nodes to launch, in
 	// that order.
 	Nodes []NodePlan
-	// CostUSDPerHour is the sum of the known prices of the new nodes.
+	// CostUSDPerHour is the sum of the known prices of the new on-demand nodes.
 	CostUSDPerHour float64
 	// UnknownPriceNodes counts the new nodes whose type has no price in the catalog.
 	UnknownPriceNodes int
+	// ReservedNodes counts the new nodes launched into reservations: already paid, not in
+	// CostUSDPerHour.
+	ReservedNodes int
 }
 
 // New returns the nodes to launch.
@@ -116,11 +119,12 @@ type NodePlan struct {
 	Reservation string
 }
 
-// Labels are the labels the node carries: NewNodeLabels, and on an UltraServer's nodes its
-// identity (labels.UltraServerLabels: the UltraServer's id, the pair of nodes within it, the
-// node's positions and the modes the UltraServer supports).
+// Labels are the labels the node carries: NewNodeLabels; the capacity labels (in a reservation
+// labels.CapacityReservationID and labels.CapacityType reserved, else on-demand); and on an
+// UltraServer's nodes its identity (labels.UltraServerLabels: the UltraServer's id, the pair of
+// nodes within it, the node's positions and the modes the UltraServer supports).
 func (n NodePlan) Labels() map[string]string {
-	l := NewNodeLabels(n.InstanceType, n.Mode)
+	l := withCapacity(NewNodeLabels(n.InstanceType, n.Mode), n.Reservation)
 	if n.UltraServer != "" {
 		maps.Copy(l, labels.UltraServerLabels(UltraServerMember(n.UltraServer, n.UltraServerNode)))
 	}

@@ -67,7 +67,7 @@ type fitKey struct {
 // verdicts depend on (run.limitState).
 type pairKey struct {
 	a, b uint64
-	lim  [2]int
+	lim  [3]int
 }
 
 // index fills what the caches need: the type indices, each pod's mode, allowed types and request

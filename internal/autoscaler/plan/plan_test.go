@@ -230,8 +230,9 @@ func TestPlanModesAndLabels(t *testing.T) {
 // checkPlan checks what every plan must satisfy: each pod has one decision, in order; a pod is
 // on at most one node; every node takes its pods (placed in plan order on a fresh node, with
 // the extender's rules and the plan's policy, after the pods bound to and already planned on a
-// launching node); pods are on nodes they allow, of their mode, in the allowed families; limits
-// hold; refusals say why.
+// launching node); pods are on nodes they allow, of their mode, in the allowed families, and of
+// the capacity they allow; limits hold; no reservation takes more than its Available and only
+// reserved nodes are new under ReservedOnly (checkReservations); refusals say why.
 func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts Options, plan ScaleUp, decisions []Decision) {
 	t.Helper()
 	cat := opts.Catalog
@@ -262,7 +263,7 @@ func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts O
 	units := map[string][]NodePlan{} // UltraServer id -> its nodes in the plan
 	newCount, newDevices := 0, 0
 	var cost float64
-	unknown := 0
+	unknown, reserved := 0, 0
 	for k, n := range plan.Nodes {
 		if n.Launching == (n.Name == "") {
 			t.Errorf("node %d: launching %v with name %q", k, n.Launching, n.Name)
@@ -292,7 +293,9 @@ func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts O
 		} else {
 			newCount++
 			newDevices += n.InstanceType.Devices
-			if n.InstanceType.PriceKnown() {
+			if n.Reservation != "" {
+				reserved++ // already paid
+			} else if n.InstanceType.PriceKnown() {
 				cost += *n.InstanceType.PriceUSDPerHour
 			} else {
 				unknown++
@@ -315,8 +318,8 @@ func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts O
 			if !ok {
 				t.Fatalf("node %d holds %s, which is not pending", k, pl.Pod)
 			}
-			if !d.Allows(n.InstanceType) || d.Mode() != n.Mode {
-				t.Errorf("pod %s does not allow node %d (%s, %s)", pl.Pod, k, n.InstanceType.Name, n.Mode)
+			if !d.Allows(n.InstanceType) || d.Mode() != n.Mode || !n.Launching && !d.allowsIn(n.InstanceType, n.Reservation) {
+				t.Errorf("pod %s does not allow node %d (%s, %s, reservation %q)", pl.Pod, k, n.InstanceType.Name, n.Mode, n.Reservation)
 			}
 			for _, a := range pl.Hardware {
 				if err := u.Allocate(a); err != nil {
@@ -351,9 +354,11 @@ func checkPlan(t *testing.T, pending []PodDemand, launching []NodeOption, opts O
 			t.Errorf("new UltraServer %s: %d nodes at %d positions with %d pods; want all %d of its nodes, and pods", id, len(nodes), len(positions), pods, nodes[0].InstanceType.UltraServerNodes)
 		}
 	}
-	if math.Abs(cost-plan.CostUSDPerHour) > 1e-9 || unknown != plan.UnknownPriceNodes {
-		t.Errorf("cost %v and %d unknown-price nodes reported, counted %v and %d", plan.CostUSDPerHour, plan.UnknownPriceNodes, cost, unknown)
+	if math.Abs(cost-plan.CostUSDPerHour) > 1e-9 || unknown != plan.UnknownPriceNodes || reserved != plan.ReservedNodes {
+		t.Errorf("cost %v, %d unknown-price and %d reserved nodes reported, counted %v, %d and %d", plan.CostUSDPerHour, plan.UnknownPriceNodes,
+			plan.ReservedNodes, cost, unknown, reserved)
 	}
+	checkReservations(t, opts, plan)
 	launchDevices := 0
 	for _, lo := range launching {
 		if it, ok := cat.Lookup(lo.InstanceType); ok {

@@ -22,6 +22,7 @@ type planner struct {
 	absorbed  map[string]int          // pod id -> launching node index, for pods already planned there
 	byPrice   []topology.InstanceType // the catalog, cheapest first, unknown prices last
 	why       map[int]string          // per pod: noCandidate's reason, once worked out
+	rv        *reserves               // the reservations new nodes may launch into (reserve.go); nil for none
 
 	// What lets the search skip the topology engine (plan_cache.go). A type is known by its index
 	// in byPrice.
@@ -101,6 +102,7 @@ func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *plan
 	for k, i := range p.order {
 		p.rank[i] = k
 	}
+	p.rv = p.reserves()
 	return p
 }
 
@@ -134,6 +136,7 @@ type node struct {
 	mode      string
 	u         *topology.Usage
 	pods      []placed // pods of this plan, in placement order
+	res       int      // a new node's reservation: 1 + its index in reserves.list; 0 on demand
 
 	// The node's state for the caches (plan_cache.go), kept by planner.refresh and planner.add.
 	gen   uint64  // state number, new whenever u changes; unique within the planner

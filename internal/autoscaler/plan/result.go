@@ -68,7 +68,7 @@ func (p *planner) result(r *run) (ScaleUp, []Decision) {
 		if n.launching && len(n.pods) == 0 {
 			continue
 		}
-		np := NodePlan{Name: n.name, Launching: n.launching, InstanceType: n.t, Mode: n.mode}
+		np := NodePlan{Name: n.name, Launching: n.launching, InstanceType: n.t, Mode: n.mode, Reservation: p.reservationID(n)}
 		for _, pl := range n.pods {
 			d := p.pending[pl.pod]
 			np.Pods = append(np.Pods, Placement{Pod: d.Key(), UID: d.Pod.UID, Hardware: pl.hw})
@@ -76,7 +76,9 @@ func (p *planner) result(r *run) (ScaleUp, []Decision) {
 		index[n] = len(out.Nodes)
 		out.Nodes = append(out.Nodes, np)
 		if !n.launching {
-			if n.t.PriceKnown() {
+			if n.res > 0 {
+				out.ReservedNodes++
+			} else if n.t.PriceKnown() {
 				out.CostUSDPerHour += *n.t.PriceUSDPerHour
 			} else {
 				out.UnknownPriceNodes++
@@ -121,6 +123,9 @@ func (p *planner) placedMessage(i int, n *node) string {
 		with = ", together with 1 other pending pod"
 	case others > 1:
 		with = fmt.Sprintf(", together with %d other pending pods", others)
+	}
+	if n.res > 0 {
+		return fmt.Sprintf("pod triggered scale-up: a new %s node in reservation %s (reserved, already paid)%s", n.t.Name, p.reservationID(n), with)
 	}
 	if n.t.PriceKnown() {
 		return fmt.Sprintf("pod triggered scale-up: a new %s node (%s)%s", n.t.Name, priceString(n.t), with)

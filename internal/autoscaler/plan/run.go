@@ -22,6 +22,8 @@ type run struct {
 	launchD  int      // their devices
 	newN     int      // new nodes in nodes
 	newD     int      // their devices
+	used     []int    // per reservation (reserves.list): the new nodes in it; nil for none yet
+	resGen   int      // changes whenever a reservation fills up or gets room again
 	// next finds the free pods in order without walking the placed ones: next[k] is k when the
 	// pod at position k of the order is free, else a position at or before the next free one
 	// (len(order) when none).
@@ -158,12 +160,15 @@ func (r *run) adopt(n *node) {
 	if !n.launching {
 		r.newN++
 		r.newD += n.t.Devices
+		r.reserve(n, 1)
 	}
 }
 
 // replace puts m in the place of the new node at k.
 func (r *run) replace(k int, m *node) {
 	r.newD += m.t.Devices - r.nodes[k].t.Devices
+	r.reserve(r.nodes[k], -1)
+	r.reserve(m, 1)
 	r.nodes[k] = m
 	r.put(m)
 }
@@ -172,13 +177,14 @@ func (r *run) replace(k int, m *node) {
 func (r *run) remove(k int) {
 	r.newN--
 	r.newD -= r.nodes[k].t.Devices
+	r.reserve(r.nodes[k], -1)
 	r.nodes = slices.Delete(r.nodes, k, k+1)
 }
 
 // compatible reports whether pod i may go on node n.
 func (r *run) compatible(i int, n *node) bool {
 	p := r.p
-	return n.mode == p.mode[i] && p.allow[i].has(n.ti) && (n.launching || p.famOK[n.ti])
+	return n.mode == p.mode[i] && p.allow[i].has(n.ti) && (n.launching || p.famOK[n.ti]) && p.capacityOK(i, n.ti, n.res, n.launching)
 }
 
 // placeExisting puts pod i on the node of the run (launching ones only, or every one) where it
@@ -210,12 +216,13 @@ func (r *run) withinLimits(dNodes, dDevices int) bool {
 	return (r.nodesCap < 0 || r.newN+dNodes <= r.nodesCap) && (r.devCap < 0 || r.newD+dDevices <= r.devCap)
 }
 
-// limitState is what the limits' verdicts depend on: nothing without limits.
-func (r *run) limitState() [2]int {
+// limitState is what the limits' verdicts depend on: nothing without limits; and which
+// reservations have room (resGen).
+func (r *run) limitState() [3]int {
 	if r.nodesCap < 0 && r.devCap < 0 {
-		return [2]int{}
+		return [3]int{0, 0, r.resGen}
 	}
-	return [2]int{r.newN, r.newD}
+	return [3]int{r.newN, r.newD, r.resGen}
 }
 
 // open launches a new node for pod i: the type with the lowest price per value of the pods it
@@ -228,9 +235,16 @@ func (r *run) open(i int, pack bool) {
 		r.blocked[i] = p.noCandidate(i)
 		return
 	}
+	if r.openReserved(i, pack) { // reserve.go: already paid for
+		return
+	}
+	if !r.onDemandAllowed(i) {
+		r.blocked[i] = r.reservationMessage(i)
+		return
+	}
 	var within []topology.InstanceType
 	for _, t := range cands {
-		if r.withinLimits(1, t.Devices) {
+		if r.withinLimits(1, t.Devices) && (p.rv == nil || p.capacityOK(i, p.typeIndex[t.Name], 0, false)) {
 			within = append(within, t)
 		}
 	}
@@ -254,7 +268,7 @@ func (r *run) open(i int, pack bool) {
 	var best *node
 	bestRatio := math.Inf(1)
 	for _, t := range try {
-		n := r.fill(t, i, pack)
+		n := r.fill(t, i, pack, 0)
 		if n == nil {
 			continue
 		}
@@ -287,14 +301,16 @@ func (r *run) open(i int, pack bool) {
 	r.put(best)
 }
 
-// fill simulates a new node of type t with pod i and, with pack, the later unplaced pods that fit.
-func (r *run) fill(t topology.InstanceType, i int, pack bool) *node {
+// fill simulates a new node of type t, in reservation res-1 (0: on demand), with pod i and, with
+// pack, the later unplaced pods that fit.
+func (r *run) fill(t topology.InstanceType, i int, pack bool, res int) *node {
 	p := r.p
 	ti, ok := p.typeIndex[t.Name]
 	if !ok || p.sim.shape(t) == nil {
 		return nil
 	}
 	n := p.newNode(ti, p.mode[i])
+	n.res = res
 	if !p.fitOn(n, p.req[i]).ok {
 		return nil
 	}
@@ -340,7 +356,8 @@ func (r *run) simulate(t topology.InstanceType, mode string, pods []int) *node {
 	return n
 }
 
-// cost is the run's rank: unplaced pods, then unknown-price nodes, then known price.
+// cost is the run's rank: unplaced pods, then unknown-price nodes, then known price (a reserved
+// node costs nothing).
 func (r *run) cost() (unplaced, unknown int, usd float64) {
 	for i := range r.at {
 		if r.free(i) {
@@ -348,7 +365,7 @@ func (r *run) cost() (unplaced, unknown int, usd float64) {
 		}
 	}
 	for _, n := range r.nodes {
-		if n.launching {
+		if n.launching || n.res > 0 {
 			continue
 		}
 		if n.t.PriceKnown() {
@@ -374,5 +391,5 @@ func (r *run) worse(o *run) int {
 	case rc > oc+1e-9:
 		return 1
 	}
-	return 0
+	return r.slots() - o.slots() // as cheap: fewer reserved nodes leave room for later pods
 }

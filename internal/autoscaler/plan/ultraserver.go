@@ -88,6 +88,7 @@ type unit struct {
 	mode      string // its nodes' allocation mode
 	group     string // the group it belongs to; "" when pods of no group share it
 	members   []*unitMember
+	res       string // the reservation a new unit launches into; "" on demand
 }
 
 // unitPlanner plans the pods that need an UltraServer.
@@ -105,6 +106,7 @@ type unitPlanner struct {
 	// planner's cache does (plan_cache.go); shapes holds each pod's request shape.
 	fits   map[string]fit
 	shapes map[int]string
+	used   map[string]int // reservation id -> instances this plan's units take of it
 }
 
 // ultraServerTypes are the catalog's UltraServer types the families allow, cheapest first.
@@ -123,7 +125,7 @@ func ultraServerTypes(opts Options) []topology.InstanceType {
 // their pods.
 func newUnitPlanner(s *sim, pending []PodDemand, launching []NodeOption, opts Options, nodesCap, devCap int) *unitPlanner {
 	up := &unitPlanner{sim: s, opts: opts, pending: pending, at: map[int]*unit{}, blocked: map[int]string{}, prior: map[int]string{},
-		nodesCap: nodesCap, devCap: devCap, fits: map[string]fit{}, shapes: map[int]string{}}
+		nodesCap: nodesCap, devCap: devCap, fits: map[string]fit{}, shapes: map[int]string{}, used: map[string]int{}}
 	byID := map[string]*unit{}
 	index := map[string]int{}
 	for i, d := range pending {
@@ -181,7 +183,7 @@ func (up *unitPlanner) plan(pods []int) {
 // of no group one that pods of no group share.
 func (up *unitPlanner) placeExisting(i int, group string, grouped bool) bool {
 	for _, un := range up.units {
-		if un.group != group || un.mode != up.pending[i].Mode() || !up.pending[i].Allows(un.t) {
+		if un.group != group || un.mode != up.pending[i].Mode() || !up.pending[i].Allows(un.t) || !up.capacityOK(i, un) {
 			continue
 		}
 		if up.placeOn(un, i) {
@@ -195,32 +197,54 @@ func (up *unitPlanner) placeExisting(i int, group string, grouped bool) bool {
 	return false
 }
 
-// placeNew launches a unit of the cheapest UltraServer type that takes pod i.
+// placeNew launches a unit for pod i: into an UltraServer reservation with room
+// (placeReserved), else on demand, of the cheapest UltraServer type that takes it.
 func (up *unitPlanner) placeNew(i int, group string, types []topology.InstanceType) {
 	d := up.pending[i]
+	if up.placeReserved(i, group, types) {
+		return
+	}
+	refused := false
 	for _, t := range types {
 		if !d.Allows(t) || up.sim.shape(t) == nil || !up.fit(topology.NewUsage(up.sim.shape(t)), i).ok {
 			continue
 		}
-		if up.nodesCap >= 0 && t.UltraServerNodes > up.nodesCap || up.devCap >= 0 && t.UltraServerNodes*t.Devices > up.devCap {
-			up.blocked[i] = fmt.Sprintf("an UltraServer of %d %s nodes (%s) would exceed the autoscaler's limits (max nodes %d, max devices %d, counting the cluster's, launching and planned nodes). "+
-				"Raise the limits, or wait for nodes to free up", t.UltraServerNodes, t.Name, plural(t.UltraServerNodes*t.Devices, "device"), up.opts.MaxNodes, up.opts.MaxDevices)
-			return
+		if up.opts.ReservedOnly || !d.allowsIn(t, "") {
+			refused = true
+			continue
 		}
-		un := &unit{t: t, group: group, mode: d.Mode()}
-		for range t.UltraServerNodes {
-			un.members = append(un.members, &unitMember{u: topology.NewUsage(up.sim.shape(t))})
-		}
-		up.units = append(up.units, un)
-		if up.nodesCap >= 0 {
-			up.nodesCap -= t.UltraServerNodes
-		}
-		if up.devCap >= 0 {
-			up.devCap -= t.UltraServerNodes * t.Devices
-		}
-		up.placeOn(un, i)
+		up.launch(i, t, group, "")
 		return
 	}
+	if refused {
+		up.blocked[i] = up.reservationMessage(i, types)
+	}
+}
+
+// launch launches a unit of type t, into reservation res ("" on demand), with pod i on it; within
+// the limits, else pod i is blocked.
+func (up *unitPlanner) launch(i int, t topology.InstanceType, group, res string) {
+	d := up.pending[i]
+	if up.nodesCap >= 0 && t.UltraServerNodes > up.nodesCap || up.devCap >= 0 && t.UltraServerNodes*t.Devices > up.devCap {
+		up.blocked[i] = fmt.Sprintf("an UltraServer of %d %s nodes (%s) would exceed the autoscaler's limits (max nodes %d, max devices %d, counting the cluster's, launching and planned nodes). "+
+			"Raise the limits, or wait for nodes to free up", t.UltraServerNodes, t.Name, plural(t.UltraServerNodes*t.Devices, "device"), up.opts.MaxNodes, up.opts.MaxDevices)
+		return
+	}
+	un := &unit{t: t, group: group, mode: d.Mode(), res: res}
+	for range t.UltraServerNodes {
+		un.members = append(un.members, &unitMember{u: topology.NewUsage(up.sim.shape(t))})
+	}
+	up.units = append(up.units, un)
+	if res != "" {
+		up.used[res] += t.UltraServerNodes
+	}
+	if up.nodesCap >= 0 {
+		up.nodesCap -= t.UltraServerNodes
+	}
+	if up.devCap >= 0 {
+		up.devCap -= t.UltraServerNodes * t.Devices
+	}
+	up.placeOn(un, i)
 }
 
 // placeOn puts pod i on the first member of the unit that takes it, one pod of a group per node

@@ -36,11 +36,13 @@ func (up *unitPlanner) result(pods []int, out *ScaleUp, decisions []Decision) {
 			}
 			index[m] = len(out.Nodes)
 			out.Nodes = append(out.Nodes, NodePlan{Name: m.name, Launching: un.launching, InstanceType: un.t, Mode: un.mode,
-				Pods: added, UltraServer: un.id, UltraServerNode: k})
+				Pods: added, UltraServer: un.id, UltraServerNode: k, Reservation: un.res})
 			if un.launching {
 				continue
 			}
-			if un.t.PriceKnown() {
+			if un.res != "" {
+				out.ReservedNodes++
+			} else if un.t.PriceKnown() {
 				out.CostUSDPerHour += *un.t.PriceUSDPerHour
 			} else {
 				out.UnknownPriceNodes++
@@ -81,7 +83,9 @@ func (up *unitPlanner) placedMessage(un *unit, k int, m *unitMember) string {
 		return fmt.Sprintf("node %s (%s) of UltraServer %s, already launching, will take the pod: no new node", m.name, un.t.Name, un.id)
 	}
 	price := "price unknown"
-	if un.t.PriceKnown() {
+	if un.res != "" {
+		price = "in reservation " + un.res + ": reserved, already paid"
+	} else if un.t.PriceKnown() {
 		price = fmt.Sprintf("$%s/h", strings.TrimSuffix(fmt.Sprintf("%g", *un.t.PriceUSDPerHour*float64(len(un.members))), ".0"))
 	}
 	who := "for pods that need an UltraServer"
