@@ -40,8 +40,6 @@ const (
 	// blockLife is how long after the start the Capacity Block ends: long enough for its node to
 	// be launched and run its pod before it is cordoned.
 	blockLife = 45 * time.Second
-	// reasonCapacityBlockEnding is the reason of the event the pods of a node being drained get.
-	reasonCapacityBlockEnding = "CapacityBlockEnding"
 )
 
 // TestReservations runs the autoscaler with reserved capacity: an On-Demand Capacity
@@ -166,7 +164,7 @@ func TestReservations(t *testing.T) {
 			t.Errorf("node %s: annotation %s=%q, want %s", blockNode.Name, labels.CapacityReservationEndAnnotation, got, blockEnd.Format(time.RFC3339))
 		}
 		// The pod is told, evicted, and comes back on a node of another capacity.
-		waitEvent(t, ctx, ns, first.Name, reasonCapacityBlockEnding, "")
+		waitEvent(t, ctx, ns, first.Name, autoscaler.ReasonCapacityBlockEnding, "")
 		var second *corev1.Pod
 		framework.WaitFor(t, ctx, 90*time.Second, "the Deployment's pod to run again, off the ending block", func(ctx context.Context) (bool, string, error) {
 			for _, p := range deploymentPods(t, ctx, ns) {
