@@ -213,10 +213,7 @@ func (r *run) downsize() bool {
 		if r.priced(n) {
 			bound = r.price(n)
 		}
-		m := r.reserved(podsOf(n), n.allow, n.need, n.mode, bound, n)
-		if m == nil {
-			m = r.cheapest(podsOf(n), n.allow, n.need, n.mode, bound, 1, n.t.Devices)
-		}
+		m := r.cheapest(podsOf(n), n.allow, n.need, n.mode, bound, 1, n.t.Devices)
 		if m == nil {
 			p.failed[key] = true
 			continue

@@ -126,6 +126,10 @@ type reserves struct {
 	capSel   []bool
 	onDemand []typeSet
 	in       [][]bool
+	// swap's memos (reserve_swap.go): what a reserved node's pods cost on demand, by its state;
+	// the trades that found nothing.
+	out    map[uint64]float64
+	failed map[swapKey]bool
 }
 
 // reserves returns the planner's reservations; nil when there are none it may use.

@@ -236,8 +236,8 @@ func TestPlanReservations(t *testing.T) {
 }
 
 // TestPlanReservationsImprove: slots that the improvements free are used again: pods the search
-// put on on-demand nodes move into a reservation when one has room, and two reserved nodes whose
-// pods fit on one become one.
+// put on on-demand nodes move into a reservation when one has room, two reserved nodes whose
+// pods fit on one become one, and a slot goes to the node that would cost most on demand.
 func TestPlanReservationsImprove(t *testing.T) {
 	// Three pods, two slots: the 16-device pod fills one reserved node, the two 8-device pods
 	// share the other.
@@ -271,8 +271,18 @@ func TestPlanReservationsImprove(t *testing.T) {
 	n := r.simulate(p.byPrice[p.typeIndex["trn1.32xlarge"]], labels.AllocationModeDevicePlugin, []int{0})
 	r.adopt(n)
 	r.put(n)
-	if !r.downsize() || r.slots() != 1 || r.nodes[0].res != 1 {
-		t.Errorf("downsize: %d reserved nodes, node in reservation %d; want the on-demand node moved into the reservation", r.slots(), r.nodes[0].res)
+	if !r.swap() || r.slots() != 1 || r.nodes[0].res != 1 {
+		t.Errorf("swap: %d reserved nodes, node in reservation %d; want the on-demand node moved into the reservation", r.slots(), r.nodes[0].res)
+	}
+
+	// The search gives the slot to the pod it places first; a pod whose on-demand node would
+	// cost more takes it in a trade.
+	pending = []PodDemand{demand(testPod("x").Neuron(16)), demand(testPod("y").Neuron(16).Selector(labels.InstanceFamily, "trn1"))}
+	opts = Options{Reservations: []Reservation{{ID: "cr-a", InstanceType: "trn1.32xlarge", Available: 1}}}
+	plan, decisions = Plan(pending, nil, opts)
+	checkPlan(t, pending, nil, opts, plan, decisions)
+	if got := reservedPlans(plan); fmt.Sprint(got) != "[inf1.24xlarge@[x] trn1.32xlarge@cr-a[y]]" || plan.CostUSDPerHour != 4.721 {
+		t.Errorf("%v for $%v/h; want y in the reservation and x on an inf1.24xlarge ($4.721/h)", got, plan.CostUSDPerHour)
 	}
 }
 
