@@ -27,7 +27,8 @@ import (
 
 func main() {
 	var o autoscaler.ControllerOptions
-	var kubeconfig, provider, catalog string
+	var kubeconfig, provider, catalog, ec2Reservations, localReservations string
+	onDemandFallback := true
 	var e ec2.Options
 	var subnets []string
 	fs := pflag.NewFlagSet("neuron-autoscaler", pflag.ExitOnError)
@@ -44,6 +45,12 @@ func main() {
 	fs.StringVar(&o.LeaseNamespace, "namespace", "kube-system", "namespace of the leader election Lease")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", ":9466", "address of /metrics, /healthz and /readyz; empty disables them")
 	fs.StringVar(&catalog, "catalog", "", "instance catalog file applied over the built-in one")
+	fs.BoolVar(&onDemandFallback, "on-demand-fallback", true, "launch on-demand nodes where no capacity reservation can take the pods; false launches only into reservations")
+	fs.DurationVar(&o.CapacityBlockDrainLead, "capacity-block-drain-lead", autoscaler.DefaultCapacityBlockDrainLead, "cordon and drain the nodes of a Capacity Block this long before it ends (EC2 terminates its instances 30m before)")
+	fs.DurationVar(&o.UltraServerCapacityBlockDrainLead, "ultraserver-capacity-block-drain-lead", autoscaler.DefaultUltraServerCapacityBlockDrainLead, "the same for UltraServer Capacity Blocks (EC2 terminates their instances 60m before the end)")
+	fs.DurationVar(&o.NodeStartupEstimate, "node-startup-estimate", autoscaler.DefaultNodeStartupEstimate, "how long a new node takes to take pods: no pod is planned onto a reservation that ends within this and its drain lead")
+	fs.StringVar(&ec2Reservations, "ec2-capacity-reservations", "", `ec2: the capacity reservations to launch into, a JSON list of selectors: [{"id":"cr-..."},{"tags":{"k":"v"}}]`)
+	fs.StringVar(&localReservations, "local-reservations", "", "local: a JSON file of the lab's reservations [{id, instanceType, count, endTime}]")
 	fs.StringVar(&e.Region, "ec2-region", "", "ec2: AWS region; empty takes it from the shared config")
 	fs.StringVar(&e.Endpoint, "ec2-endpoint", "", "ec2: EC2 endpoint URL; empty uses AWS's")
 	fs.StringVar(&e.LaunchTemplate, "ec2-launch-template", "", "ec2: launch template id (lt-...) or name")
@@ -61,6 +68,9 @@ func main() {
 		"catalog": "NEURON_CATALOG", "resync-interval": "NEURON_AUTOSCALER_RESYNC_INTERVAL", "ec2-region": "AWS_REGION", "ec2-endpoint": "NEURON_EC2_ENDPOINT",
 		"ec2-launch-template": "NEURON_EC2_LAUNCH_TEMPLATE", "ec2-launch-template-version": "NEURON_EC2_LAUNCH_TEMPLATE_VERSION",
 		"ec2-subnets": "NEURON_EC2_SUBNETS", "ec2-cluster-name": "NEURON_EC2_CLUSTER_NAME", "ec2-node-name-source": "NEURON_EC2_NODE_NAME_SOURCE",
+		"on-demand-fallback": "NEURON_AUTOSCALER_ON_DEMAND_FALLBACK", "capacity-block-drain-lead": "NEURON_AUTOSCALER_CAPACITY_BLOCK_DRAIN_LEAD",
+		"ultraserver-capacity-block-drain-lead": "NEURON_AUTOSCALER_ULTRASERVER_CAPACITY_BLOCK_DRAIN_LEAD", "node-startup-estimate": "NEURON_AUTOSCALER_NODE_STARTUP_ESTIMATE",
+		"ec2-capacity-reservations": "NEURON_EC2_CAPACITY_RESERVATIONS", "local-reservations": "NEURON_LOCAL_RESERVATIONS",
 	}
 	flagenv.Annotate(fs, env)
 	klog.InitFlags(nil)
@@ -70,6 +80,7 @@ func main() {
 	if err == nil && provider != "local" && provider != "ec2" {
 		err = fmt.Errorf("--provider must be local or ec2, not %q", provider)
 	}
+	o.ReservedOnly = !onDemandFallback
 	if err == nil && catalog != "" {
 		o.Catalog, err = topology.LoadCatalog(catalog)
 	}
@@ -89,14 +100,7 @@ func main() {
 	ctx = klog.NewContext(ctx, klog.Background())
 	var c *autoscaler.Controller
 	if err == nil {
-		if provider == "local" {
-			o.Provider = local.New(local.Options{Client: o.Client, Catalog: o.Catalog})
-		} else if e.ClusterName == "" {
-			err = fmt.Errorf("--ec2-cluster-name (NEURON_EC2_CLUSTER_NAME) is required with --provider=ec2: it scopes the instances the autoscaler lists and terminates to this cluster")
-		} else {
-			e.Subnets = subnets
-			o.Provider, err = ec2.New(ctx, e)
-		}
+		o.Provider, err = newProvider(ctx, provider, o, e, subnets, ec2Reservations, localReservations)
 	}
 	if err == nil {
 		c, err = autoscaler.NewController(o)
@@ -108,4 +112,26 @@ func main() {
 		fmt.Fprintln(os.Stderr, "neuron-autoscaler:", err)
 		os.Exit(1)
 	}
+}
+
+// newProvider returns the local or the ec2 provider, with the reservations its flag names.
+func newProvider(ctx context.Context, provider string, o autoscaler.ControllerOptions, e ec2.Options, subnets []string, ec2Reservations, localReservations string) (autoscaler.Provider, error) {
+	var err error
+	if provider == "local" {
+		l := local.Options{Client: o.Client, Catalog: o.Catalog}
+		if localReservations != "" {
+			if l.Reservations, err = local.LoadReservations(localReservations); err != nil {
+				return nil, fmt.Errorf("--local-reservations: %w", err)
+			}
+		}
+		return local.New(l), nil
+	}
+	if e.ClusterName == "" {
+		return nil, fmt.Errorf("--ec2-cluster-name (NEURON_EC2_CLUSTER_NAME) is required with --provider=ec2: it scopes the instances the autoscaler lists and terminates to this cluster")
+	}
+	e.Subnets = subnets
+	if e.CapacityReservations, err = ec2.ParseReservationSelectors(ec2Reservations); err != nil {
+		return nil, fmt.Errorf("--ec2-capacity-reservations (NEURON_EC2_CAPACITY_RESERVATIONS): %w", err)
+	}
+	return ec2.New(ctx, e)
 }

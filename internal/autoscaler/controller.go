@@ -91,6 +91,19 @@ type ControllerOptions struct {
 	Identity string
 	// MetricsAddress serves /metrics, /healthz and /readyz; empty serves nothing.
 	MetricsAddress string
+
+	// ReservedOnly launches new nodes only into the provider's capacity reservations
+	// (Provider.Reservations): the on-demand fallback is off.
+	ReservedOnly bool
+	// CapacityBlockDrainLead and UltraServerCapacityBlockDrainLead: the nodes of a Capacity
+	// Block (an UltraServer block for the second) are cordoned and drained this long before the
+	// block ends (blockend.go); 0 means DefaultCapacityBlockDrainLead and
+	// DefaultUltraServerCapacityBlockDrainLead.
+	CapacityBlockDrainLead, UltraServerCapacityBlockDrainLead time.Duration
+	// NodeStartupEstimate is how long a new node takes to take pods: no pod is planned onto a
+	// reservation that ends within this estimate and its drain lead. 0 means
+	// DefaultNodeStartupEstimate.
+	NodeStartupEstimate time.Duration
 }
 
 // Controller watches pending Neuron pods, launches nodes for them through a Provider and
@@ -110,7 +123,9 @@ type ControllerOptions struct {
 // nominated to it (releaseRule). A node the
 // autoscaler launched that holds no pod (DaemonSet and mirror pods, and finished pods, aside)
 // and no pending pod planned onto it for ScaleDownAfter is cordoned, checked again against the
-// API server, and removed; nothing is ever evicted.
+// API server, and removed; scale-down evicts nothing. Each round also lists the provider's
+// capacity reservations for the plan (reservations.go), and drains the launched nodes of a
+// Capacity Block that ends (blockend.go).
 type Controller struct {
 	o        ControllerOptions
 	metrics  *metrics
@@ -142,6 +157,11 @@ type Controller struct {
 	// the plan moved off a launching node (the scheduler took its room) is still listed in that
 	// node's planned pods: it is offered to the plan on the node it was moved to only.
 	placedLast map[string]string
+	// reserved are the provider's reservations as this round lists them.
+	reserved roundReservations
+	// unknownReservations: the reservations (id/instance type) of a type the catalog does not
+	// have, logged once.
+	unknownReservations map[string]bool
 
 	leading, synced atomic.Bool
 }
@@ -154,9 +174,13 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	if o.Catalog == nil {
 		o.Catalog = topology.DefaultCatalog()
 	}
-	if o.BatchWindow < 0 || o.ScaleDownAfter < 0 || o.RegisterTimeout < 0 || o.MaxNodes < 0 || o.MaxDevices < 0 {
-		return nil, errors.New("the batch window, scale-down delay, register timeout, max nodes and max devices must not be negative")
+	if o.BatchWindow < 0 || o.ScaleDownAfter < 0 || o.RegisterTimeout < 0 || o.MaxNodes < 0 || o.MaxDevices < 0 ||
+		o.CapacityBlockDrainLead < 0 || o.UltraServerCapacityBlockDrainLead < 0 || o.NodeStartupEstimate < 0 {
+		return nil, errors.New("the batch window, scale-down delay, register timeout, max nodes, max devices, drain leads and node startup estimate must not be negative")
 	}
+	o.CapacityBlockDrainLead = cmp.Or(o.CapacityBlockDrainLead, DefaultCapacityBlockDrainLead)
+	o.UltraServerCapacityBlockDrainLead = cmp.Or(o.UltraServerCapacityBlockDrainLead, DefaultUltraServerCapacityBlockDrainLead)
+	o.NodeStartupEstimate = cmp.Or(o.NodeStartupEstimate, DefaultNodeStartupEstimate)
 	known := plan.Families(o.Catalog.Types())
 	for _, f := range o.Families {
 		if !slices.Contains(known, f) {
@@ -178,6 +202,7 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	return &Controller{
 		o: o, metrics: newMetrics(), resync: cmp.Or(o.ResyncInterval, resyncInterval), kick: make(chan struct{}, 1), seen: map[types.UID]bool{}, renominations: newRenominations(),
 		fleet: newFleet(), plan: plan.Plan, emitted: map[eventKey]emission{}, placedLast: map[string]string{},
+		unknownReservations: map[string]bool{},
 	}, nil
 }
 
@@ -188,8 +213,9 @@ func (c *Controller) Handler() http.Handler {
 }
 
 // reconcile is one round: the provider's instances first (what is launching, and for which
-// pods), then the scale-up for the pending pods, the pods it added to launching nodes recorded
-// through the provider, the release of the launched nodes that are up, then the scale-down.
+// pods) and its reservations, then the scale-up for the pending pods, the pods it added to
+// launching nodes recorded through the provider, the release of the launched nodes that are up,
+// the drain of the nodes of ending Capacity Blocks, then the scale-down.
 func (c *Controller) reconcile(ctx context.Context) error {
 	now := c.o.Now()
 	maps.DeleteFunc(c.emitted, func(_ eventKey, e emission) bool { return now.Sub(e.at) >= eventInterval })
@@ -211,6 +237,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 		c.metrics.pending.Set(float64(len(pending)))
 		return fmt.Errorf("listing the %s provider's nodes (nothing is launched or removed without them): %w", c.o.Provider.Name(), err)
 	}
+	c.reserved = c.reservations(ctx, now)
 	launching, planned := c.launching(ctx, insts, nodes, byKey, now)
 	taken := map[string]bool{}
 	for _, in := range insts {
@@ -234,7 +261,8 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			c.recordPlanned(ctx, l.Name)
 		}
 	}
-	c.release(ctx, nodeList, assigned, now)
+	c.release(ctx, nodeList, assigned, insts, now)
+	nodeList = c.drainEnding(ctx, nodeList, insts, now)
 	c.scaleDown(ctx, nodeList, planned, byKey, now)
 	return nil
 }

@@ -46,6 +46,9 @@ type fakeProvider struct {
 	// nodeName, when set, names the node launched for a request otherwise than the request
 	// (as EC2 does: the private DNS name), and the instance carries RequestNameAnnotation.
 	nodeName func(NodeRequest) string
+	// reservations and reservationsErr are what Reservations returns.
+	reservations    []Reservation
+	reservationsErr error
 }
 
 var _ Provider = (*fakeProvider)(nil)
@@ -76,7 +79,11 @@ func (p *fakeProvider) Launch(_ context.Context, r NodeRequest) (Instance, error
 	return in, nil
 }
 
-func (p *fakeProvider) Reservations(context.Context) ([]Reservation, error) { return nil, nil }
+func (p *fakeProvider) Reservations(context.Context) ([]Reservation, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.reservations), p.reservationsErr
+}
 
 func (p *fakeProvider) LaunchUltraServer(ctx context.Context, _ string, nodes []NodeRequest) ([]Instance, error) {
 	var out []Instance

@@ -4,8 +4,8 @@
 // launch is decided by the pure planner in package plan (Check and Plan); this package does the
 // I/O around it: informers on pods, nodes, DaemonSets, ResourceClaims, ResourceClaimTemplates
 // and ResourceSlices; leader election on a Lease; the provider's API; patches of pods
-// (status.nominatedNodeName, PlannedNodeAnnotation) and of nodes (LaunchingTaint, the cordon);
-// deletes of nodes; events and metrics.
+// (status.nominatedNodeName, PlannedNodeAnnotation) and of nodes (LaunchingTaint, the capacity
+// labels, the cordon); evictions; deletes of nodes; events and metrics.
 //
 // The controller works in rounds (Controller.reconcile), one at a time, from one goroutine. A
 // round reads the caches and the provider, then:
@@ -19,8 +19,12 @@
 //     through the provider;
 //   - release.go, releaserule.go: a launched node holds pods off with LaunchingTaint until the
 //     release rule (releaseRule) lets it take them;
+//   - reservations.go: the provider's capacity reservations that a pod could still start on are
+//     offered to the planner;
+//   - blockend.go: the nodes of a Capacity Block that ends are cordoned, their pods evicted
+//     through the eviction API (PodDisruptionBudgets honoured), and the nodes removed;
 //   - scaledown.go: a launched node empty for the scale-down delay is cordoned, checked again
-//     and removed; nothing is ever evicted.
+//     and removed; scale-down evicts nothing.
 //
 // Each node the controller launched or found launched has one record (fleet.go) with its
 // phase: Launching, Registered or Deleted, and the conditions the steps time (serving, released,

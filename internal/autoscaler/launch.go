@@ -126,14 +126,28 @@ func (c *Controller) nodeName(instanceType string, pods []string, taken map[stri
 }
 
 // nodeRequest is what the provider is asked to launch for a planned node: its labels (with,
-// on an UltraServer's nodes, its identity), the planned pods and the startup taints.
+// on an UltraServer's nodes, its identity, and the capacity labels), the reservation it
+// launches into, the planned pods, for a reservation that ends its end, and the startup taints.
 func (c *Controller) nodeRequest(name string, n plan.NodePlan, pods []string) NodeRequest {
 	lbls := n.Labels()
 	lbls[LaunchedByLabel] = LaunchedByValue
+	// The capacity labels follow the reservation the node launches into (the planner's labels
+	// say the same).
+	if n.Reservation != "" {
+		lbls[labels.CapacityReservationID] = n.Reservation
+		lbls[labels.CapacityType] = labels.CapacityTypeReserved
+	} else {
+		delete(lbls, labels.CapacityReservationID)
+		lbls[labels.CapacityType] = labels.CapacityTypeOnDemand
+	}
+	annotations := map[string]string{PlannedPodsAnnotation: strings.Join(pods, ",")}
+	if r, ok := c.reserved.byID[n.Reservation]; ok && n.Reservation != "" && !r.End.IsZero() {
+		annotations[labels.CapacityReservationEndAnnotation] = r.End.UTC().Format(time.RFC3339)
+	}
 	return NodeRequest{
-		Name: name, Type: n.InstanceType.Name, Mode: n.Mode, Labels: lbls,
-		Annotations: map[string]string{PlannedPodsAnnotation: strings.Join(pods, ",")},
+		Name: name, Type: n.InstanceType.Name, Mode: n.Mode, Labels: lbls, Annotations: annotations,
 		Taints:      []corev1.Taint{plan.NeuronTaint(), LaunchingTaint()},
+		Reservation: n.Reservation,
 	}
 }
 
@@ -167,6 +181,6 @@ func (c *Controller) launched(ctx context.Context, req NodeRequest, in Instance,
 	c.fleet.update(in.Name, func(r *nodeRecord) { r.startLaunching(now, &in) })
 	c.metrics.launched.WithLabelValues(req.Type).Inc()
 	klog.FromContext(ctx).Info("Launched a node", "node", in.Name, "requestedAs", req.Name, "instanceType", req.Type, "mode", req.Mode,
-		"providerID", in.ProviderID, "ultraServer", req.Labels[labels.UltraServerServerID4], "pods", plannedPods(in))
+		"providerID", in.ProviderID, "reservation", req.Reservation, "ultraServer", req.Labels[labels.UltraServerServerID4], "pods", plannedPods(in))
 	return in
 }

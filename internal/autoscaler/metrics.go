@@ -16,6 +16,11 @@ type metrics struct {
 	removed   prometheus.Counter
 	cancelled prometheus.Counter
 	duration  prometheus.Histogram
+	// Reserved capacity: failed provider calls, nodes removed before their Capacity Block
+	// ended, evictions.
+	providerErrors *prometheus.CounterVec
+	drained        prometheus.Counter
+	evictions      *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -46,8 +51,20 @@ func newMetrics() *metrics {
 			Help:    "Time of one planning round: checks, plan and launches.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
+		providerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "neuron_autoscaler_provider_errors_total",
+			Help: "Failed calls to the provider that the round went on without, by call (reservations: the round planned without capacity reservations).",
+		}, []string{"call"}),
+		drained: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "neuron_autoscaler_capacity_block_nodes_drained_total",
+			Help: "Nodes on a Capacity Block removed (after their pods were evicted, or at the drain deadline) before the block ended.",
+		}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "neuron_autoscaler_capacity_block_evictions_total",
+			Help: "Evictions of pods from nodes on an ending Capacity Block, by result (evicted; refused: a PodDisruptionBudget or another error, retried at the next round).",
+		}, []string{"result"}),
 	}
-	m.registry.MustRegister(m.pending, m.decisions, m.launched, m.removed, m.cancelled, m.duration)
+	m.registry.MustRegister(m.pending, m.decisions, m.launched, m.removed, m.cancelled, m.duration, m.providerErrors, m.drained, m.evictions)
 	return m
 }
 

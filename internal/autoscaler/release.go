@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -24,16 +25,21 @@ import (
 )
 
 // release removes LaunchingTaint from the launched nodes that the release rule (releaseRule)
-// lets take pods now.
-func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed map[string]placement, now time.Time) {
+// lets take pods now, and adds the capacity labels and the end annotation they lack.
+func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed map[string]placement, insts []Instance, now time.Time) {
 	logger := klog.FromContext(ctx)
 	holds, present := c.holds(nodes, placed, now)
-	c.fleet.forgetGone(present, func(r *nodeRecord) { r.servingSince, r.releasedAt = time.Time{}, time.Time{} })
-	c.renominations.expire(now)
 	byName := map[string]*hold{}
 	for _, h := range holds {
 		byName[h.node.Name] = h
 	}
+	for _, in := range insts {
+		if h := byName[in.Name]; h != nil {
+			h.capacity = missingCapacity(h.node, in, c.reserved.byID)
+		}
+	}
+	c.fleet.forgetGone(present, func(r *nodeRecord) { r.servingSince, r.releasedAt = time.Time{}, time.Time{} })
+	c.renominations.expire(now)
 	all := groupReady(placed, byName, present)
 	var out []*hold
 	for _, h := range holds {
@@ -169,10 +175,10 @@ func (c *Controller) untaintAll(ctx context.Context, out []*hold, now time.Time)
 	logger := klog.FromContext(ctx)
 	slices.SortStableFunc(out, func(a, b *hold) int { return c.compareFirstPods(a.pods, b.pods) })
 	errs := make([]error, len(out))
-	errs[0] = c.untaint(ctx, out[0].node)
+	errs[0] = c.untaint(ctx, out[0].node, out[0].capacity)
 	var wg sync.WaitGroup
 	for i, h := range out[1:] {
-		wg.Go(func() { errs[i+1] = c.untaint(ctx, h.node) })
+		wg.Go(func() { errs[i+1] = c.untaint(ctx, h.node, h.capacity) })
 	}
 	wg.Wait()
 	for i, h := range out {
@@ -184,6 +190,33 @@ func (c *Controller) untaintAll(ctx context.Context, out []*hold, now time.Time)
 		c.renominations.add(h.pods, h.node.Name, now.Add(settleAfterReady))
 		logger.Info("Released a launched node: it takes pods now", "node", h.node.Name, "pods", h.pods)
 	}
+}
+
+// addOps are the JSON patch operations that add to the map at path (a Node's labels or
+// annotations, have) the keys of add it lacks: each key, or the whole map when there is none.
+func addOps(have map[string]string, path string, add map[string]string) []map[string]any {
+	var missing []string
+	for _, k := range slices.Sorted(maps.Keys(add)) {
+		if _, ok := have[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if have == nil {
+		m := map[string]string{}
+		for _, k := range missing {
+			m[k] = add[k]
+		}
+		return []map[string]any{{"op": "add", "path": path, "value": m}}
+	}
+	var ops []map[string]any
+	esc := strings.NewReplacer("~", "~0", "/", "~1")
+	for _, k := range missing {
+		ops = append(ops, map[string]any{"op": "add", "path": path + "/" + esc.Replace(k), "value": add[k]})
+	}
+	return ops
 }
 
 // compareFirstPods compares two nodes' pending pods (keys) by the first of them the scheduler
@@ -225,10 +258,39 @@ func (c *Controller) compareFirstPods(a, b []string) int {
 	return strings.Compare(fa.key, fb.key)
 }
 
+// missingCapacity returns the capacity labels (reservation id, capacity type) of the Instance
+// that the Node lacks, and the end annotation of a Capacity Block's node that lacks it: the
+// Instance's, else the End of its reservation as the provider lists it (byID).
+func missingCapacity(node *corev1.Node, in Instance, byID map[string]Reservation) capacityMeta {
+	var out capacityMeta
+	for _, k := range []string{labels.CapacityReservationID, labels.CapacityType} {
+		if v := in.Labels[k]; v != "" {
+			if _, has := node.Labels[k]; !has {
+				if out.labels == nil {
+					out.labels = map[string]string{}
+				}
+				out.labels[k] = v
+			}
+		}
+	}
+	if _, has := node.Annotations[labels.CapacityReservationEndAnnotation]; has {
+		return out
+	}
+	end := in.Annotations[labels.CapacityReservationEndAnnotation]
+	if r, ok := byID[cmp.Or(node.Labels[labels.CapacityReservationID], in.Labels[labels.CapacityReservationID])]; end == "" && ok && r.ID != "" && !r.End.IsZero() {
+		end = r.End.UTC().Format(time.RFC3339)
+	}
+	if end != "" {
+		out.annotations = map[string]string{labels.CapacityReservationEndAnnotation: end}
+	}
+	return out
+}
+
 // untaint removes LaunchingTaint from a node with a JSON patch that first tests that the taint
 // is still where the cache saw it, so that a taint another client added or removed meanwhile is
-// never lost (the patch then fails, and the next round tries again with the new list).
-func (c *Controller) untaint(ctx context.Context, node *corev1.Node) error {
+// never lost (the patch then fails, and the next round tries again with the new list). The same
+// patch adds the labels and annotations of add that the Node lacks.
+func (c *Controller) untaint(ctx context.Context, node *corev1.Node, add capacityMeta) error {
 	client := c.o.Client
 	if c.o.ReleaseClient != nil {
 		client = c.o.ReleaseClient
@@ -251,7 +313,10 @@ func (c *Controller) untaint(ctx context.Context, node *corev1.Node) error {
 			return nil
 		}
 		path := fmt.Sprintf("/spec/taints/%d", i)
-		patch, merr := json.Marshal([]map[string]any{{"op": "test", "path": path, "value": node.Spec.Taints[i]}, {"op": "remove", "path": path}})
+		ops := []map[string]any{{"op": "test", "path": path, "value": node.Spec.Taints[i]}, {"op": "remove", "path": path}}
+		ops = append(ops, addOps(node.Labels, "/metadata/labels", add.labels)...)
+		ops = append(ops, addOps(node.Annotations, "/metadata/annotations", add.annotations)...)
+		patch, merr := json.Marshal(ops)
 		if merr != nil {
 			return merr
 		}

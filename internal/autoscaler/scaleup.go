@@ -89,7 +89,7 @@ func (c *Controller) planOptions(launching []plan.NodeOption, nodes []*corev1.No
 	}
 	return plan.Options{
 		Catalog: c.o.Catalog, Policy: c.o.Policy, Families: c.o.Families, MaxNodes: c.o.MaxNodes, MaxDevices: c.o.MaxDevices, Existing: existing,
-		Devices: devices,
+		Devices: devices, Reservations: c.reserved.usable, ReservedOnly: c.o.ReservedOnly,
 	}
 }
 

@@ -63,6 +63,10 @@ func autoscalerEnv(provider string, providerEnv ...corev1.EnvVar) []corev1.EnvVa
 		{Name: "NEURON_AUTOSCALER_MAX_DEVICES", Value: "0"},
 		{Name: "NEURON_AUTOSCALER_FAMILIES", Value: ""},
 		{Name: "NEURON_AUTOSCALER_DRY_RUN", Value: "false"},
+		{Name: "NEURON_AUTOSCALER_ON_DEMAND_FALLBACK", Value: "true"},
+		{Name: "NEURON_AUTOSCALER_NODE_STARTUP_ESTIMATE", Value: "10m"},
+		{Name: "NEURON_AUTOSCALER_CAPACITY_BLOCK_DRAIN_LEAD", Value: "40m"},
+		{Name: "NEURON_AUTOSCALER_ULTRASERVER_CAPACITY_BLOCK_DRAIN_LEAD", Value: "70m"},
 		{Name: "NEURON_AUTOSCALER_LEADER_ELECT", Value: "true"},
 		{Name: "POD_NAMESPACE", ValueFrom: fieldEnv("metadata.namespace")},
 		{Name: "NEURON_METRICS_ADDRESS", Value: ":9466"},
@@ -77,6 +81,7 @@ var ec2Env = []corev1.EnvVar{
 	{Name: "NEURON_EC2_SUBNETS", Value: "subnet-0a1b,subnet-0c2d"},
 	{Name: "NEURON_EC2_CLUSTER_NAME", Value: "prod"},
 	{Name: "NEURON_EC2_NODE_NAME_SOURCE", Value: "private-dns-name"},
+	{Name: "NEURON_EC2_CAPACITY_RESERVATIONS", Value: "[]"},
 }
 
 // TestAutoscalerEC2 renders the autoscaler with the default provider, ec2, and its required
@@ -199,6 +204,8 @@ func checkAutoscalerRBAC(t *testing.T, m manifest, ns string, local bool) {
 	wantRules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
+		// The drain of the nodes of an ending Capacity Block: evictions, PDBs honoured.
+		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
 		nodes,
 	}
 	if local {
@@ -206,6 +213,7 @@ func checkAutoscalerRBAC(t *testing.T, m manifest, ns string, local bool) {
 		wantRules = []rbacv1.PolicyRule{
 			wantRules[0],
 			wantRules[1],
+			wantRules[2],
 			nodes,
 			{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"update"}},
 		}
@@ -280,6 +288,12 @@ func TestAutoscalerValues(t *testing.T) {
 		"autoscaler.ec2.nodeNameSource=instance-id",
 		"autoscaler.catalog.configMapName=neuron-prices",
 		"autoscaler.catalog.configMapKey=prices.yaml",
+		"autoscaler.onDemandFallback=false",
+		"autoscaler.nodeStartupEstimate=15m",
+		"autoscaler.capacityBlocks.drainLead=45m",
+		"autoscaler.capacityBlocks.ultraServerDrainLead=1h15m",
+		"autoscaler.ec2.capacityReservations[0].id=cr-0123456789abcdef0",
+		"autoscaler.ec2.capacityReservations[1].tags.team=ml",
 	)...)
 	want := sorted([]string{
 		"ClusterRole /neuron-autoscaler", "ClusterRoleBinding /neuron-autoscaler",
@@ -328,6 +342,10 @@ func TestAutoscalerValues(t *testing.T) {
 		{Name: "NEURON_AUTOSCALER_MAX_DEVICES", Value: "256"},
 		{Name: "NEURON_AUTOSCALER_FAMILIES", Value: "trn1,inf2"},
 		{Name: "NEURON_AUTOSCALER_DRY_RUN", Value: "true"},
+		{Name: "NEURON_AUTOSCALER_ON_DEMAND_FALLBACK", Value: "false"},
+		{Name: "NEURON_AUTOSCALER_NODE_STARTUP_ESTIMATE", Value: "15m"},
+		{Name: "NEURON_AUTOSCALER_CAPACITY_BLOCK_DRAIN_LEAD", Value: "45m"},
+		{Name: "NEURON_AUTOSCALER_ULTRASERVER_CAPACITY_BLOCK_DRAIN_LEAD", Value: "1h15m"},
 		{Name: "NEURON_AUTOSCALER_LEADER_ELECT", Value: "true"},
 		{Name: "POD_NAMESPACE", ValueFrom: fieldEnv("metadata.namespace")},
 		{Name: "NEURON_METRICS_ADDRESS", Value: ":9000"},
@@ -339,6 +357,7 @@ func TestAutoscalerValues(t *testing.T) {
 		{Name: "NEURON_EC2_SUBNETS", Value: "subnet-0a1b,subnet-0c2d"},
 		{Name: "NEURON_EC2_CLUSTER_NAME", Value: "prod"},
 		{Name: "NEURON_EC2_NODE_NAME_SOURCE", Value: "instance-id"},
+		{Name: "NEURON_EC2_CAPACITY_RESERVATIONS", Value: `[{"id":"cr-0123456789abcdef0"},{"tags":{"team":"ml"}}]`},
 	}
 	if !reflect.DeepEqual(c.Env, wantEnv) {
 		t.Errorf("env =\n  %+v\nwant\n  %+v", c.Env, wantEnv)
@@ -361,7 +380,9 @@ func TestAutoscalerValues(t *testing.T) {
 		names = append(names, e.Name)
 	}
 	for _, name := range flagEnv {
-		if !slices.Contains(names, name) && name != "KUBECONFIG" {
+		// NEURON_LOCAL_RESERVATIONS names a file of the lab's (local provider) reservations,
+		// which the lab passes; the chart's local provider has none.
+		if !slices.Contains(names, name) && name != "KUBECONFIG" && name != "NEURON_LOCAL_RESERVATIONS" {
 			t.Errorf("flag env var %s is not set by the chart", name)
 		}
 	}
@@ -480,6 +501,14 @@ func TestAutoscalerSchemaRejectsBadValues(t *testing.T) {
 		{"autoscaler.catalog.configMapName=Neuron_Prices", "/autoscaler/catalog/configMapName"},
 		{"autoscaler.catalog.configMapKey=prices/catalog.yaml", "/autoscaler/catalog/configMapKey"},
 		{"autoscaler.catalog.configMapKey=", "/autoscaler/catalog/configMapKey"},
+		{"autoscaler.onDemandFallback=sometimes", "/autoscaler/onDemandFallback"},
+		{"autoscaler.nodeStartupEstimate=10", "/autoscaler/nodeStartupEstimate"},
+		{"autoscaler.capacityBlocks.drainLead=40 minutes", "/autoscaler/capacityBlocks/drainLead"},
+		{"autoscaler.capacityBlocks.ultraServerDrainLead=-70m", "/autoscaler/capacityBlocks/ultraServerDrainLead"},
+		{"autoscaler.capacityBlocks.lead=40m", "additional properties 'lead' not allowed"},
+		{"autoscaler.ec2.capacityReservations[0].id=odcr-1", "/autoscaler/ec2/capacityReservations/0/id"},
+		{"autoscaler.ec2.capacityReservations[0].name=cr-1", "additional properties 'name' not allowed"},
+		{"autoscaler.ec2.capacityReservations[0].id=cr-0a,autoscaler.ec2.capacityReservations[0].tags.team=ml", "/autoscaler/ec2/capacityReservations/0"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			t.Parallel()
@@ -510,6 +539,10 @@ func TestAutoscalerSchemaAcceptsGoodValues(t *testing.T) {
 		"autoscaler.ec2.nodeNameSource=instance-id",
 		"autoscaler.catalog.configMapName=neuron.prices",
 		"autoscaler.catalog.configMapKey=Prices_2026.yaml",
+		"autoscaler.onDemandFallback=false",
+		"autoscaler.capacityBlocks.drainLead=2m",
+		"autoscaler.ec2.capacityReservations[0].id=cr-0123456789abcdef0",
+		"autoscaler.ec2.capacityReservations[0].tags.purpose=training",
 	} {
 		t.Run(set, func(t *testing.T) {
 			t.Parallel()

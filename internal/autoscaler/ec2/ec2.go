@@ -45,6 +45,8 @@ type Options struct {
 	// nominates the planned pods to that name and finds the Node: NodeNamePrivateDNSName (the
 	// default, "") or NodeNameInstanceID.
 	NodeNameSource string
+	// CapacityReservations select the reservations to launch into (stub of the shared API).
+	CapacityReservations []ReservationSelector
 }
 
 // Node name sources (Options.NodeNameSource), named as Bottlerocket's

@@ -39,6 +39,8 @@ var notReadyTaint = corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.T
 type Options struct {
 	Client  kubernetes.Interface
 	Catalog *topology.Catalog // the default catalog when nil
+	// Reservations are the lab's reservations (stub of the shared API).
+	Reservations []Reservation
 }
 
 // Provider creates and deletes Node objects.
