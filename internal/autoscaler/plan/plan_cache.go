@@ -18,7 +18,7 @@ package plan
 //   - A merge of two nodes, or a downsize, that found nothing is not tried again while the nodes
 //     are in the same states (node.gen, a number that changes with the usage; planner.failed).
 //   - evacuate tries a pod only on the nodes of the types and mode it may go on that have free
-//     cores enough (run.shelves), and fill walks only the pods still free (run.nextFree).
+//     cores enough (run.shelves), and fill walks only the pods still free that the node may take (run.freeList).
 //
 // None of this changes a decision: the plan is the one the search without caches finds
 // (TestPlanCacheFollowsUsage compares the cached placements with the engine's, and

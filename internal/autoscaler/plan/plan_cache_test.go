@@ -333,10 +333,7 @@ func TestPlanMergeAndDownsize(t *testing.T) {
 	setup := func(t *testing.T, devCap int) (*run, func(typ string, pods ...int)) {
 		p := newPlanner(pending, nil, Options{Catalog: cat})
 		r := &run{p: p, at: make([]*node, len(pending)), prior: make([]bool, len(pending)), blocked: make([]string, len(pending)),
-			nodesCap: -1, devCap: devCap, next: make([]int, len(pending)+1)}
-		for k := range r.next {
-			r.next[k] = k
-		}
+			nodesCap: -1, devCap: devCap}
 		add := func(typ string, pods ...int) {
 			n := p.newNode(p.typeIndex[typ], labels.AllocationModeDevicePlugin)
 			for _, i := range pods {

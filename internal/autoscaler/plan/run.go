@@ -22,10 +22,8 @@ type run struct {
 	launchD  int      // their devices
 	newN     int      // new nodes in nodes
 	newD     int      // their devices
-	// next finds the free pods in order without walking the placed ones: next[k] is k when the
-	// pod at position k of the order is free, else a position at or before the next free one
-	// (len(order) when none).
-	next []int
+	// lists are, per mode and type, the pods a new node of them may take, for fill.
+	lists map[listKey]*freeList
 }
 
 // run builds a plan: pack packs several pods per new node and improves the result; without it
@@ -43,14 +41,8 @@ func (p *planner) run(pack bool) *run {
 		r.devCap = max(0, p.opts.MaxDevices-p.opts.Existing.Devices-r.launchD)
 	}
 	// Pods already planned onto a launching node stay there.
-	r.next = make([]int, len(p.pending)+1)
-	for k := range r.next {
-		r.next[k] = k
-	}
 	for i, d := range p.pending {
-		if _, r.prior[i] = p.absorbed[d.id()]; r.prior[i] {
-			r.taken(i)
-		}
+		_, r.prior[i] = p.absorbed[d.id()]
 	}
 	// Launching nodes first: they cost nothing more.
 	for _, i := range p.order {
@@ -117,22 +109,61 @@ func (r *run) addLaunching(lo NodeOption) {
 // free reports whether pod i has no node yet.
 func (r *run) free(i int) bool { return r.at[i] == nil && !r.prior[i] }
 
-// taken records that pod i is no longer free: the walk over free pods skips it from now on.
-func (r *run) taken(i int) {
-	k := r.p.rank[i]
-	r.next[k] = k + 1
+// listKey names a freeList: the mode and type of the new nodes it is for.
+type listKey struct {
+	mode string
+	ti   int
 }
 
-// nextFree returns the position in the order of the first free pod at or after position k,
-// len(order) when there is none.
-func (r *run) nextFree(k int) int {
+// freeList is the pods a new node of one mode and type may take (run.compatible), in the
+// planner's order, and how to walk those still free without walking the placed ones: skip[k] is
+// k while the pod at position k is not known to be placed, else a position at or before the
+// next one that may be free (len(pods) when none). A placed pod is never free again.
+type freeList struct {
+	pods []int
+	skip []int
+}
+
+// freeList returns the pods a new node of the mode and type may take, built on first use.
+func (r *run) freeList(mode string, ti int) *freeList {
+	key := listKey{mode, ti}
+	if l, ok := r.lists[key]; ok {
+		return l
+	}
+	p := r.p
+	l := &freeList{}
+	for _, i := range p.order {
+		if p.mode[i] == mode && p.allow[i].has(ti) {
+			l.pods = append(l.pods, i)
+		}
+	}
+	l.skip = make([]int, len(l.pods)+1)
+	for k := range l.skip {
+		l.skip[k] = k
+	}
+	if r.lists == nil {
+		r.lists = map[listKey]*freeList{}
+	}
+	r.lists[key] = l
+	return l
+}
+
+// nextFree returns the position in l of the first free pod at or after position k, len(l.pods)
+// when there is none.
+func (r *run) nextFree(l *freeList, k int) int {
 	root := k
-	for r.next[root] != root {
-		root = r.next[root]
+	for {
+		for l.skip[root] != root {
+			root = l.skip[root]
+		}
+		if root == len(l.pods) || r.free(l.pods[root]) {
+			break
+		}
+		l.skip[root] = root + 1
 	}
 	for k != root { // point the walked positions at the free one, so the next walk is short
-		next := r.next[k]
-		r.next[k] = root
+		next := l.skip[k]
+		l.skip[k] = root
 		k = next
 	}
 	return root
@@ -142,7 +173,6 @@ func (r *run) nextFree(k int) int {
 func (r *run) assign(i int, n *node) {
 	r.at[i] = n
 	r.blocked[i] = ""
-	r.taken(i)
 }
 
 // put records the pods of n as placed there.
@@ -302,13 +332,13 @@ func (r *run) fill(t topology.InstanceType, i int, pack bool) *node {
 	if !pack {
 		return n
 	}
-	// Every free pod, in order, is tried once on the node as it is then. The node's state changes
-	// only when one is put on it, so the placement cache answers all but the first pod of each
-	// request shape between two puts.
-	order := p.order
-	for k := r.nextFree(0); k < len(order) && n.free > 0; k = r.nextFree(k + 1) {
-		j := order[k]
-		if j == i || !r.compatible(j, n) {
+	// Every free pod the node may take, in order, is tried once on the node as it is then. The
+	// node's state changes only when one is put on it, so the placement cache answers all but the
+	// first pod of each request shape between two puts.
+	l := r.freeList(n.mode, ti)
+	for k := r.nextFree(l, 0); k < len(l.pods) && n.free > 0; k = r.nextFree(l, k+1) {
+		j := l.pods[k]
+		if j == i {
 			continue
 		}
 		if p.fitOn(n, p.req[j]).ok {
