@@ -50,11 +50,21 @@ func (s typeSet) intersect(o typeSet) {
 	}
 }
 
-// fit is where a request shape goes on a node in one state: what sim.place returns.
+// fit is where a request shape goes on a node in one state: what sim.place returns, and once a
+// pod of the shape was put on a node in that state, the state that made (then).
 type fit struct {
 	hw    []topology.Allocation
 	score float64
 	ok    bool
+	then  *nodeState
+}
+
+// nodeState is a node's usage and what planner.refresh keeps of it. The usage is never changed:
+// a node takes its own copy.
+type nodeState struct {
+	u     *topology.Usage
+	state string
+	free  int
 }
 
 // fitKey identifies a placement: the node's state (stateKey) and the request shape.
@@ -269,26 +279,35 @@ func (p *planner) fitState(state string, ti, free int, u *topology.Usage, q int)
 	return f
 }
 
-// add puts pod i on n, where it must fit (fitOn), as the placement cache says.
+// add puts pod i on n, where it must fit (fitOn), as the placement cache says. The state the
+// placement leads to is cached with it: a pod of the same shape put on a node in the same state
+// leads to the same one, so the usage is checked and its key built once per placement, not once
+// per node.
 func (p *planner) add(n *node, i int) {
 	q := p.req[i]
 	f := p.fitState(n.state, n.ti, n.free, n.u, q)
 	if !f.ok {
 		panic(fmt.Sprintf("autoscaler planner: pod %s was put on a %s node where it does not fit. This is a bug in the autoscaler: please report it", p.pending[i].Key(), n.t.Name))
 	}
-	hw := make([]topology.Allocation, len(f.hw))
-	for k, a := range f.hw {
-		// The cached allocations are shared by every node in this state: the node's own copy
-		// goes into the plan.
-		hw[k] = topology.Allocation{Unit: a.Unit, Devices: append([]int{}, a.Devices...), Cores: append([]int{}, a.Cores...)}
-		if err := n.u.Allocate(hw[k]); err != nil {
-			panic(fmt.Sprintf("autoscaler planner: the cached placement of pod %s on a %s node does not fit its usage (%v). This is a bug in the autoscaler: please report it", p.pending[i].Key(), n.t.Name, err))
+	if f.then == nil {
+		u := n.u.Clone()
+		for _, a := range f.hw {
+			if err := u.Allocate(a); err != nil {
+				panic(fmt.Sprintf("autoscaler planner: the cached placement of pod %s on a %s node does not fit its usage (%v). This is a bug in the autoscaler: please report it", p.pending[i].Key(), n.t.Name, err))
+			}
 		}
+		f.then = &nodeState{u: u, state: stateKey(n.ti, u), free: u.FreeCoreCount()}
+		p.fits[fitKey{n.state, q}] = f
 	}
-	n.pods = append(n.pods, placed{pod: i, hw: hw})
+	// The cached allocations are shared by every node in this state, and copied into the plan
+	// (planner.result).
+	n.pods = append(n.pods, placed{pod: i, hw: f.hw})
 	n.allow.intersect(p.allow[i])
 	for ti, c := range p.need[q] {
 		n.need[ti] += c
 	}
-	p.refresh(n)
+	n.u = f.then.u.Clone()
+	p.gen++
+	n.gen = p.gen
+	n.state, n.free = f.then.state, f.then.free
 }
