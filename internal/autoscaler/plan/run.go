@@ -24,6 +24,10 @@ type run struct {
 	newD     int      // their devices
 	// lists are, per mode and type, the pods a new node of them may take, for fill.
 	lists map[listKey]*freeList
+	// roomy are the nodes of the run with free cores (and perhaps some filled since), in the
+	// run's order, for placeExisting; nil until it needs them, and again whenever a node is
+	// replaced or removed. A full node is full for good: only replace puts it back.
+	roomy []*node
 }
 
 // run builds a plan: pack packs several pods per new node and improves the result; without it
@@ -185,6 +189,9 @@ func (r *run) put(n *node) {
 // adopt adds n to the run's nodes.
 func (r *run) adopt(n *node) {
 	r.nodes = append(r.nodes, n)
+	if r.roomy != nil && n.free > 0 {
+		r.roomy = append(r.roomy, n)
+	}
 	if !n.launching {
 		r.newN++
 		r.newD += n.t.Devices
@@ -195,6 +202,7 @@ func (r *run) adopt(n *node) {
 func (r *run) replace(k int, m *node) {
 	r.newD += m.t.Devices - r.nodes[k].t.Devices
 	r.nodes[k] = m
+	r.roomy = nil
 	r.put(m)
 }
 
@@ -203,6 +211,7 @@ func (r *run) remove(k int) {
 	r.newN--
 	r.newD -= r.nodes[k].t.Devices
 	r.nodes = slices.Delete(r.nodes, k, k+1)
+	r.roomy = nil
 }
 
 // compatible reports whether pod i may go on node n.
@@ -212,13 +221,28 @@ func (r *run) compatible(i int, n *node) bool {
 }
 
 // placeExisting puts pod i on the node of the run (launching ones only, or every one) where it
-// fits tightest.
+// fits tightest (the first in the run's order among the tightest). Only nodes with free cores
+// are tried (a full node takes no pod, as fill assumes too): at thousands of pods nearly every
+// node of the run is full.
 func (r *run) placeExisting(i int, launchingOnly bool) bool {
 	p := r.p
 	q := p.req[i]
+	if r.roomy == nil {
+		r.roomy = make([]*node, 0, len(r.nodes))
+		for _, n := range r.nodes {
+			if n.free > 0 {
+				r.roomy = append(r.roomy, n)
+			}
+		}
+	}
 	var best *node
 	bestScore := math.Inf(-1)
-	for _, n := range r.nodes {
+	kept := r.roomy[:0] // the walk drops the nodes filled since
+	for _, n := range r.roomy {
+		if n.free == 0 {
+			continue
+		}
+		kept = append(kept, n)
 		if (launchingOnly && !n.launching) || !r.compatible(i, n) {
 			continue
 		}
@@ -226,6 +250,7 @@ func (r *run) placeExisting(i int, launchingOnly bool) bool {
 			best, bestScore = n, f.score
 		}
 	}
+	r.roomy = kept
 	if best == nil {
 		return false
 	}
