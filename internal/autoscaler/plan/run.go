@@ -333,6 +333,12 @@ func (r *run) open(i int, pack bool) {
 		if best == nil || ratio < bestRatio-1e-12 {
 			best, bestRatio = n, ratio
 		}
+		if !pack {
+			// A node of its own: the pod's value is the same on every type, so the ratio
+			// grows with the price, and try is cheapest first (unknown prices: smallest
+			// first, and the first is taken). No later type can do better.
+			break
+		}
 	}
 	if best == nil {
 		r.blocked[i] = p.noCandidate(i)
