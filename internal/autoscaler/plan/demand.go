@@ -102,12 +102,17 @@ func (d PodDemand) Mode() string {
 // Allows reports whether the pod's nodeSelector, required node affinity and, for DRA, its
 // claims' instance types allow a new node of type t.
 func (d PodDemand) Allows(t topology.InstanceType) bool {
+	return d.allows(t, NewNodeLabels(t, d.Mode()))
+}
+
+// allows is Allows with the new node's labels (NewNodeLabels(t, d.Mode())) given.
+func (d PodDemand) allows(t topology.InstanceType, lbls map[string]string) bool {
 	for _, r := range d.DRA {
 		if r.InstanceTypes != nil && !slices.Contains(r.InstanceTypes, t.Name) || r.Matching != nil && !slices.Contains(r.Matching, t.Name) {
 			return false
 		}
 	}
-	return matchesNode(d.Pod, NewNodeLabels(t, d.Mode()))
+	return matchesNode(d.Pod, lbls)
 }
 
 // WaitingForScaleUp reports whether the pod is one the autoscaler acts on: pending, not bound,

@@ -101,11 +101,20 @@ func (p *planner) index(pending []PodDemand) {
 	p.allow = make([]typeSet, len(pending))
 	p.req = make([]int, len(pending))
 	shapes := map[string]int{}
+	nodeLabels := map[string][]map[string]string{} // per mode, per type: NewNodeLabels, built once
 	for i, d := range pending {
 		p.mode[i] = d.Mode()
+		lbls, ok := nodeLabels[p.mode[i]]
+		if !ok {
+			lbls = make([]map[string]string, len(types))
+			for ti, t := range types {
+				lbls[ti] = NewNodeLabels(t, p.mode[i])
+			}
+			nodeLabels[p.mode[i]] = lbls
+		}
 		p.allow[i] = newTypeSet(len(types))
 		for ti, t := range types {
-			if d.Allows(t) {
+			if d.allows(t, lbls[ti]) {
 				p.allow[i].add(ti)
 			}
 		}

@@ -82,20 +82,30 @@ func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *plan
 	for i := range p.order {
 		p.order[i] = i
 	}
+	// The keys are worked out once per pod, not once per comparison.
+	type sortKey struct {
+		unknownOnly bool
+		weight      float64
+		key         string
+	}
+	keys := make([]sortKey, len(pending))
+	for i, d := range pending {
+		keys[i] = sortKey{p.unknownOnly(i), weight(d), d.Key()}
+	}
 	sort.SliceStable(p.order, func(a, b int) bool {
 		i, j := p.order[a], p.order[b]
-		ui, uj := p.unknownOnly(i), p.unknownOnly(j)
-		if ui != uj {
-			return ui
+		ki, kj := &keys[i], &keys[j]
+		if ki.unknownOnly != kj.unknownOnly {
+			return ki.unknownOnly
 		}
-		if wi, wj := weight(pending[i]), weight(pending[j]); wi != wj {
-			return wi > wj
+		if ki.weight != kj.weight {
+			return ki.weight > kj.weight
 		}
 		ti, tj := pending[i].Pod.CreationTimestamp, pending[j].Pod.CreationTimestamp
 		if !ti.Equal(&tj) {
 			return ti.Before(&tj)
 		}
-		return pending[i].Key() < pending[j].Key()
+		return ki.key < kj.key
 	})
 	p.rank = make([]int, len(pending))
 	for k, i := range p.order {
