@@ -44,6 +44,15 @@ func (s typeSet) has(i int) bool { return s[i/64]&(1<<(i%64)) != 0 }
 
 func (s typeSet) add(i int) { s[i/64] |= 1 << (i % 64) }
 
+// key is the set as a map key.
+func (s typeSet) key() string {
+	b := make([]byte, 0, 8*len(s))
+	for _, w := range s {
+		b = binary.LittleEndian.AppendUint64(b, w)
+	}
+	return string(b)
+}
+
 func (s typeSet) intersect(o typeSet) {
 	for w := range s {
 		s[w] &= o[w]

@@ -60,7 +60,20 @@ func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *plan
 	sortByPrice(types)
 	p.byPrice = types
 	p.index(pending)
+	// A pod's candidates depend on its request shape and the types it allows only: pods alike in
+	// both share them (they are only read).
+	type candKey struct {
+		req   int
+		allow string
+	}
+	seen := map[candKey]int{} // the first pod with the key
 	for i := range pending {
+		key := candKey{p.req[i], p.allow[i].key()}
+		if j, ok := seen[key]; ok {
+			p.cands[i], p.outside[i], p.value[i] = p.cands[j], p.outside[j], p.value[j]
+			continue
+		}
+		seen[key] = i
 		for ti, t := range types {
 			// UltraServer types are launched as whole UltraServers only (ultraserver.go).
 			if t.UltraServerNodes > 0 || !p.allow[i].has(ti) || !p.serves(ti, p.req[i]) {

@@ -24,6 +24,8 @@ type run struct {
 	newD     int      // their devices
 	// lists are, per mode and type, the pods a new node of them may take, for fill.
 	lists map[listKey]*freeList
+	// try is open's list of types, kept to be reused.
+	try []int
 	// roomy are the nodes of the run with free cores (and perhaps some filled since), in the
 	// run's order, for placeExisting; nil until it needs them, and again whenever a node is
 	// replaced or removed. A full node is full for good: only replace puts it back.
@@ -283,32 +285,32 @@ func (r *run) open(i int, pack bool) {
 		r.blocked[i] = p.noCandidate(i)
 		return
 	}
-	var within []topology.InstanceType
+	// The types to try, as positions in cands: those within the limits with a known price,
+	// else those within the limits without one, smallest first.
+	within, priced := false, false
 	for _, t := range cands {
 		if r.withinLimits(1, t.Devices) {
-			within = append(within, t)
+			within, priced = true, priced || t.PriceKnown()
 		}
 	}
-	if len(within) == 0 {
+	if !within {
 		r.blocked[i] = r.limitMessage(i)
 		return
 	}
-	var priced, unknown []topology.InstanceType
-	for _, t := range within {
-		if t.PriceKnown() {
-			priced = append(priced, t)
-		} else {
-			unknown = append(unknown, t)
+	try := r.try[:0]
+	for k, t := range cands {
+		if r.withinLimits(1, t.Devices) && t.PriceKnown() == priced {
+			try = append(try, k)
 		}
 	}
-	try := priced
-	if len(try) == 0 {
-		try = unknown
-		sort.SliceStable(try, func(a, b int) bool { return try[a].Devices < try[b].Devices })
+	if !priced {
+		sort.SliceStable(try, func(a, b int) bool { return cands[try[a]].Devices < cands[try[b]].Devices })
 	}
+	r.try = try
 	var best *node
 	bestRatio := math.Inf(1)
-	for _, t := range try {
+	for _, k := range try {
+		t := cands[k]
 		n := r.fill(t, i, pack)
 		if n == nil {
 			continue
