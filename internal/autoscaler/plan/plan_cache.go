@@ -230,9 +230,10 @@ func stateKey(ti int, u *topology.Usage) string {
 	return string(b)
 }
 
-// serves reports whether an empty node of type ti takes request shape q.
+// serves reports whether an empty node of type ti takes request shape q. A shape that needs
+// more cores than the type has never reaches the engine.
 func (p *planner) serves(ti, q int) bool {
-	if p.cores[ti] == 0 {
+	if p.cores[ti] == 0 || p.need[q][ti] > p.cores[ti] {
 		return false
 	}
 	return p.fitState(p.empty[ti], ti, 0, nil, q).ok
