@@ -145,6 +145,7 @@ func (p *planner) index(pending []PodDemand) {
 	}
 	p.fits = map[fitKey]fit{}
 	p.failed = map[pairKey]bool{}
+	p.misfits = map[string]bool{}
 }
 
 // requestShape is what sim.place reads of a pod, as a key.

@@ -37,6 +37,7 @@ type planner struct {
 	empty     []string         // per type: the state of an empty node
 	gen       uint64           // the last node state number handed out
 	failed    map[pairKey]bool // merges and downsizes that found nothing, by node states
+	misfits   map[string]bool  // run.simulate's sequences of request shapes that do not fit a type
 }
 
 func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *planner {

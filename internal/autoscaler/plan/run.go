@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"sort"
@@ -390,12 +391,23 @@ func (r *run) simulate(t topology.InstanceType, mode string, pods []int) *node {
 	}
 	pods = slices.Clone(pods)
 	p.sortPods(pods)
-	n := p.newNode(ti, mode)
+	// Whether the pods fit one after the other depends on their request shapes in that order
+	// only: a sequence that did not fit on the type is not simulated again (improve tries many
+	// pairs of nodes that hold pods of the same shapes).
+	key := binary.AppendUvarint(nil, uint64(ti))
 	for _, i := range pods {
-		if !r.compatible(i, n) {
+		if p.mode[i] != mode || !p.allow[i].has(ti) || !p.famOK[ti] { // run.compatible with a new node
 			return nil
 		}
+		key = binary.AppendUvarint(key, uint64(p.req[i]))
+	}
+	if p.misfits[string(key)] {
+		return nil
+	}
+	n := p.newNode(ti, mode)
+	for _, i := range pods {
 		if !p.fitOn(n, p.req[i]).ok {
+			p.misfits[string(key)] = true
 			return nil
 		}
 		p.add(n, i)
