@@ -10,15 +10,19 @@ package plan
 //     pod's request shape: its requests' resources and counts, and its ResourceClaims' specs as
 //     the allocator reads them (not its name or container names). planner.fits caches the
 //     placement under that key (node.state, recomputed whenever the node's usage changes) for
-//     every node of both runs. The key is the whole usage, not a hash of it, so two states never
-//     share an entry.
+//     every node of both runs, and with it the state the placement leads to (fit.then). The key
+//     is the whole usage, not a hash of it, so two states never share an entry.
 //   - A request shape that needs more cores than the node has free never reaches the cache or the
 //     engine, and neither does a merge or downsize to a type that some pod does not allow or whose
 //     cores are fewer than the pods take (node.allow, node.need).
 //   - A merge of two nodes, or a downsize, that found nothing is not tried again while the nodes
-//     are in the same states (node.gen, a number that changes with the usage; planner.failed).
+//     are in the same states (node.gen, a number that changes with the usage; planner.failed),
+//     and a sequence of request shapes that did not fit a type is not simulated on it again
+//     (planner.misfits). merge finds the pairs whose needs fit a cheaper type through the nodes
+//     sorted by need (run.mergePairs), not by trying every pair.
 //   - evacuate tries a pod only on the nodes of the types and mode it may go on that have free
-//     cores enough (run.shelves), and fill walks only the pods still free that the node may take (run.freeList).
+//     cores enough (run.shelves), placeExisting only on the nodes with free cores (run.roomy),
+//     and fill walks only the pods still free that the node may take (run.freeList).
 //
 // None of this changes a decision: the plan is the one the search without caches finds
 // (TestPlanCacheFollowsUsage compares the cached placements with the engine's, and
