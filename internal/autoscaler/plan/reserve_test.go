@@ -267,7 +267,7 @@ func TestPlanReservationsImprove(t *testing.T) {
 	// An on-demand node moves into a reservation whose slot an improvement freed.
 	p = newPlanner([]PodDemand{demand(testPod("x").Neuron(4).Selector(labels.InstanceFamily, "trn1"))},
 		nil, Options{Catalog: defaultCatalog, Reservations: []Reservation{{ID: "cr-a", InstanceType: "trn1.32xlarge", Available: 1}}})
-	r = &run{p: p, at: make([]*node, 1), prior: make([]bool, 1), blocked: make([]string, 1), nodesCap: -1, devCap: -1, next: []int{0, 1}}
+	r = &run{p: p, at: make([]*node, 1), prior: make([]bool, 1), blocked: make([]string, 1), nodesCap: -1, devCap: -1}
 	n := r.simulate(p.byPrice[p.typeIndex["trn1.32xlarge"]], labels.AllocationModeDevicePlugin, []int{0})
 	r.adopt(n)
 	r.put(n)
