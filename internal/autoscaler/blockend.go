@@ -50,10 +50,10 @@ func (b blockNode) deadline() time.Time {
 }
 
 // nodeBlock returns the Capacity Block a node the autoscaler launched runs on, when its end is
-// known: the end annotation of the Node, else of its Instance (in: nil when the provider does
-// not list it), else the End of the reservation (by the id of the Node's or the Instance's
-// capacity label) that the provider lists. The lead is the UltraServer lead for the nodes of an
-// UltraServer block.
+// known: the End of its reservation (by the id of the Node's or the Instance's capacity label)
+// as the provider lists it this round, which follows an extension of the block; else the end
+// annotation of the Node, else of its Instance (in: nil when the provider does not list it).
+// The lead is the UltraServer lead for the nodes of an UltraServer block.
 func nodeBlock(node *corev1.Node, in *Instance, byID map[string]Reservation, l leads) (blockNode, bool) {
 	var inLabels, inAnnotations map[string]string
 	if in != nil {
@@ -65,14 +65,13 @@ func nodeBlock(node *corev1.Node, in *Instance, byID map[string]Reservation, l l
 	}
 	r, listed := byID[id]
 	b := blockNode{reservation: id}
-	for _, a := range []string{node.Annotations[labels.CapacityReservationEndAnnotation], inAnnotations[labels.CapacityReservationEndAnnotation]} {
-		if t, err := time.Parse(time.RFC3339, a); err == nil && a != "" {
-			b.end = t
-			break
-		}
-	}
-	if b.end.IsZero() && listed && id != "" {
+	if listed && id != "" {
 		b.end = r.End
+	}
+	for _, a := range []string{node.Annotations[labels.CapacityReservationEndAnnotation], inAnnotations[labels.CapacityReservationEndAnnotation]} {
+		if t, err := time.Parse(time.RFC3339, a); err == nil && b.end.IsZero() {
+			b.end = t
+		}
 	}
 	if b.end.IsZero() {
 		return blockNode{}, false

@@ -81,7 +81,9 @@ func TestNodeBlock(t *testing.T) {
 		lead    time.Duration
 		reserve string
 	}{
-		{"the Node's annotation first", node("cr-1", end.Format(time.RFC3339)), nil, true, end, 40 * time.Minute, "cr-1"},
+		{"the listed reservation's end first (an extended block)", node("cr-1", end.Format(time.RFC3339)), nil, true, end.Add(time.Hour), 40 * time.Minute, "cr-1"},
+		{"the Node's annotation when the reservation is not listed", node("cr-gone", end.Format(time.RFC3339)), &Instance{
+			Annotations: map[string]string{labels.CapacityReservationEndAnnotation: end.Add(time.Hour).Format(time.RFC3339)}}, true, end, 40 * time.Minute, "cr-gone"},
 		{"the Instance's annotation", node("", ""), &Instance{Labels: map[string]string{labels.CapacityReservationID: "cr-x"},
 			Annotations: map[string]string{labels.CapacityReservationEndAnnotation: end.Format(time.RFC3339)}}, true, end, 40 * time.Minute, "cr-x"},
 		{"the reservation's end", node("cr-1", ""), nil, true, end.Add(time.Hour), 40 * time.Minute, "cr-1"},

@@ -25,7 +25,7 @@ import (
 )
 
 // release removes LaunchingTaint from the launched nodes that the release rule (releaseRule)
-// lets take pods now, and adds the capacity labels of their Instances that they lack.
+// lets take pods now, and adds the capacity labels and the end annotation they lack.
 func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed map[string]placement, insts []Instance, now time.Time) {
 	logger := klog.FromContext(ctx)
 	holds, present := c.holds(nodes, placed, now)
@@ -35,7 +35,7 @@ func (c *Controller) release(ctx context.Context, nodes []*corev1.Node, placed m
 	}
 	for _, in := range insts {
 		if h := byName[in.Name]; h != nil {
-			h.capacity = missingCapacityLabels(h.node, in)
+			h.capacity = missingCapacity(h.node, in, c.reserved.byID)
 		}
 	}
 	c.fleet.forgetGone(present, func(r *nodeRecord) { r.servingSince, r.releasedAt = time.Time{}, time.Time{} })
@@ -192,30 +192,29 @@ func (c *Controller) untaintAll(ctx context.Context, out []*hold, now time.Time)
 	}
 }
 
-// addLabelOps are the JSON patch operations that add the labels add the node lacks (all of
-// them as the label map when it has none).
-func addLabelOps(node *corev1.Node, add map[string]string) []map[string]any {
-	keys := slices.Sorted(maps.Keys(add))
+// addOps are the JSON patch operations that add to the map at path (a Node's labels or
+// annotations, have) the keys of add it lacks: each key, or the whole map when there is none.
+func addOps(have map[string]string, path string, add map[string]string) []map[string]any {
 	var missing []string
-	for _, k := range keys {
-		if _, has := node.Labels[k]; !has {
+	for _, k := range slices.Sorted(maps.Keys(add)) {
+		if _, ok := have[k]; !ok {
 			missing = append(missing, k)
 		}
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	if node.Labels == nil {
+	if have == nil {
 		m := map[string]string{}
 		for _, k := range missing {
 			m[k] = add[k]
 		}
-		return []map[string]any{{"op": "add", "path": "/metadata/labels", "value": m}}
+		return []map[string]any{{"op": "add", "path": path, "value": m}}
 	}
 	var ops []map[string]any
 	esc := strings.NewReplacer("~", "~0", "/", "~1")
 	for _, k := range missing {
-		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/labels/" + esc.Replace(k), "value": add[k]})
+		ops = append(ops, map[string]any{"op": "add", "path": path + "/" + esc.Replace(k), "value": add[k]})
 	}
 	return ops
 }
@@ -259,19 +258,30 @@ func (c *Controller) compareFirstPods(a, b []string) int {
 	return strings.Compare(fa.key, fb.key)
 }
 
-// missingCapacityLabels returns the capacity labels (reservation id, capacity type) of the
-// Instance that the Node lacks.
-func missingCapacityLabels(node *corev1.Node, in Instance) map[string]string {
-	var out map[string]string
+// missingCapacity returns the capacity labels (reservation id, capacity type) of the Instance
+// that the Node lacks, and the end annotation of a Capacity Block's node that lacks it: the
+// Instance's, else the End of its reservation as the provider lists it (byID).
+func missingCapacity(node *corev1.Node, in Instance, byID map[string]Reservation) capacityMeta {
+	var out capacityMeta
 	for _, k := range []string{labels.CapacityReservationID, labels.CapacityType} {
-		if v, ok := in.Labels[k]; ok && v != "" {
+		if v := in.Labels[k]; v != "" {
 			if _, has := node.Labels[k]; !has {
-				if out == nil {
-					out = map[string]string{}
+				if out.labels == nil {
+					out.labels = map[string]string{}
 				}
-				out[k] = v
+				out.labels[k] = v
 			}
 		}
+	}
+	if _, has := node.Annotations[labels.CapacityReservationEndAnnotation]; has {
+		return out
+	}
+	end := in.Annotations[labels.CapacityReservationEndAnnotation]
+	if r, ok := byID[cmp.Or(node.Labels[labels.CapacityReservationID], in.Labels[labels.CapacityReservationID])]; end == "" && ok && r.ID != "" && !r.End.IsZero() {
+		end = r.End.UTC().Format(time.RFC3339)
+	}
+	if end != "" {
+		out.annotations = map[string]string{labels.CapacityReservationEndAnnotation: end}
 	}
 	return out
 }
@@ -279,8 +289,8 @@ func missingCapacityLabels(node *corev1.Node, in Instance) map[string]string {
 // untaint removes LaunchingTaint from a node with a JSON patch that first tests that the taint
 // is still where the cache saw it, so that a taint another client added or removed meanwhile is
 // never lost (the patch then fails, and the next round tries again with the new list). The same
-// patch adds the labels add (the capacity labels the Node lacks).
-func (c *Controller) untaint(ctx context.Context, node *corev1.Node, add map[string]string) error {
+// patch adds the labels and annotations of add that the Node lacks.
+func (c *Controller) untaint(ctx context.Context, node *corev1.Node, add capacityMeta) error {
 	client := c.o.Client
 	if c.o.ReleaseClient != nil {
 		client = c.o.ReleaseClient
@@ -304,7 +314,8 @@ func (c *Controller) untaint(ctx context.Context, node *corev1.Node, add map[str
 		}
 		path := fmt.Sprintf("/spec/taints/%d", i)
 		ops := []map[string]any{{"op": "test", "path": path, "value": node.Spec.Taints[i]}, {"op": "remove", "path": path}}
-		ops = append(ops, addLabelOps(node, add)...)
+		ops = append(ops, addOps(node.Labels, "/metadata/labels", add.labels)...)
+		ops = append(ops, addOps(node.Annotations, "/metadata/annotations", add.annotations)...)
 		patch, merr := json.Marshal(ops)
 		if merr != nil {
 			return merr

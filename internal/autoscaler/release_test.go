@@ -566,7 +566,7 @@ func TestControllerUntaintsANodeWhoseTaintsMoved(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	if err := c.untaint(context.Background(), stale, nil); err != nil {
+	if err := c.untaint(context.Background(), stale, capacityMeta{}); err != nil {
 		t.Fatalf("untaint: %v", err)
 	}
 	if refused != 1 {

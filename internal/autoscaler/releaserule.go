@@ -9,9 +9,14 @@ type hold struct {
 	unnominated []string // of those, the ones whose nomination is not in place
 	serving     bool     // it could take its pods but for LaunchingTaint (Controller.serving)
 	waited      bool     // it has been serving for releaseWait
-	// capacity are the capacity labels its Instance carries and the Node lacks: they are added
-	// with the release (on EC2 the launch template cannot know the reservation).
-	capacity map[string]string
+	// capacity are the capacity labels and the reservation's end that the Node lacks: they are
+	// added with the release (on EC2 the launch template cannot know the reservation).
+	capacity capacityMeta
+}
+
+// capacityMeta are labels and annotations to add to a Node.
+type capacityMeta struct {
+	labels, annotations map[string]string
 }
 
 // verdict is what the release rule says of a held node.

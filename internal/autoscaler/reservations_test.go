@@ -200,11 +200,16 @@ func TestControllerLabelsAReservedNodeOnRelease(t *testing.T) {
 		t.Errorf("%d node patches, want the release's one", patches)
 	}
 
-	// A Node with a capacity type of its own keeps it; the missing id is added.
+	if _, has := got.Annotations[labels.CapacityReservationEndAnnotation]; has {
+		t.Errorf("annotations %v: an ODCR without an end has no end annotation", got.Annotations)
+	}
+
+	// A Node with a capacity type of its own keeps it; the missing id is added, and the end of
+	// its Capacity Block.
 	e2 := newEnv(t, devicePlugin, pendingPod(testPod("a").Neuron(4).Selector(labels.InstanceFamily, "trn1")))
 	e2.provider.reservations = trn1Reservations()
 	c2, _ := e2.controller()
-	c2.plan = reservingPlan(&opts, "cr-odcr")
+	c2.plan = reservingPlan(&opts, "cr-block")
 	round(t, c2)
 	node = e2.provider.launched()[0].Name
 	n = heldNode(node, "trn1.32xlarge", t0, true)
@@ -212,19 +217,22 @@ func TestControllerLabelsAReservedNodeOnRelease(t *testing.T) {
 	e2.putNode(c2, n)
 	round(t, c2)
 	got, _ = e2.client.CoreV1().Nodes().Get(t.Context(), node, metav1.GetOptions{})
-	if got.Labels[labels.CapacityReservationID] != "cr-odcr" || got.Labels[labels.CapacityType] != "custom" {
+	if got.Labels[labels.CapacityReservationID] != "cr-block" || got.Labels[labels.CapacityType] != "custom" {
 		t.Errorf("labels %v, want the id added and capacity-type custom kept", got.Labels)
+	}
+	if end := got.Annotations[labels.CapacityReservationEndAnnotation]; end != "2026-03-01T15:00:00Z" {
+		t.Errorf("end annotation %q, want the block's end", end)
 	}
 }
 
-func TestAddLabelOps(t *testing.T) {
+func TestAddOps(t *testing.T) {
 	add := map[string]string{labels.CapacityType: "reserved", labels.CapacityReservationID: "cr-1"}
 	none := &corev1.Node{}
-	if got := addLabelOps(none, add); len(got) != 1 || got[0]["path"] != "/metadata/labels" {
+	if got := addOps(none.Labels, "/metadata/labels", add); len(got) != 1 || got[0]["path"] != "/metadata/labels" {
 		t.Errorf("ops on a node without labels %v, want one add of the map", got)
 	}
 	some := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{labels.CapacityType: "on-demand"}}}
-	got := addLabelOps(some, add)
+	got := addOps(some.Labels, "/metadata/labels", add)
 	if len(got) != 1 || got[0]["path"] != "/metadata/labels/kube-neuron.io~1capacity-reservation-id" || got[0]["value"] != "cr-1" {
 		t.Errorf("ops %v, want the id only, its key escaped", got)
 	}
@@ -251,5 +259,35 @@ func TestControllerLaunchesAnUltraServerIntoItsBlock(t *testing.T) {
 		if r.Reservation != "cr-us" || r.Labels[labels.CapacityReservationID] != "cr-us" || r.Annotations[labels.CapacityReservationEndAnnotation] != "2026-03-01T15:00:00Z" {
 			t.Errorf("node %s launched into %q with labels %v annotations %v, want cr-us and its end", r.Name, r.Reservation, r.Labels, r.Annotations)
 		}
+	}
+}
+
+func TestMissingCapacity(t *testing.T) {
+	byID := map[string]Reservation{"cr-1": {ID: "cr-1", End: blockEnd}, "cr-2": {ID: "cr-2"}}
+	reserved := func(id string) Instance {
+		return Instance{Labels: map[string]string{labels.CapacityReservationID: id, labels.CapacityType: labels.CapacityTypeReserved}}
+	}
+	bare := &corev1.Node{}
+	for _, tc := range []struct {
+		name              string
+		node              *corev1.Node
+		in                Instance
+		wantLabels, wantA map[string]string
+	}{
+		{"EC2: the end from the listed reservation", bare, reserved("cr-1"),
+			map[string]string{labels.CapacityReservationID: "cr-1", labels.CapacityType: labels.CapacityTypeReserved},
+			map[string]string{labels.CapacityReservationEndAnnotation: "2026-03-01T15:00:00Z"}},
+		{"an ODCR: no end", bare, reserved("cr-2"),
+			map[string]string{labels.CapacityReservationID: "cr-2", labels.CapacityType: labels.CapacityTypeReserved}, nil},
+		{"on demand", bare, Instance{Labels: map[string]string{labels.CapacityType: labels.CapacityTypeOnDemand}},
+			map[string]string{labels.CapacityType: labels.CapacityTypeOnDemand}, nil},
+		{"the Node has them", blockNodeOn("n", "cr-1", blockEnd), reserved("cr-1"), nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := missingCapacity(tc.node, tc.in, byID)
+			if !reflect.DeepEqual(got.labels, tc.wantLabels) || !reflect.DeepEqual(got.annotations, tc.wantA) {
+				t.Errorf("missing %+v, want labels %v annotations %v", got, tc.wantLabels, tc.wantA)
+			}
+		})
 	}
 }

@@ -103,12 +103,17 @@ func (d PodDemand) Mode() string {
 // claims' instance types allow a new node of type t, on demand or in some reservation (the
 // capacity labels, withCapacity).
 func (d PodDemand) Allows(t topology.InstanceType) bool {
+	return d.allows(t, NewNodeLabels(t, d.Mode()))
+}
+
+// allows is Allows with the new node's labels (NewNodeLabels(t, d.Mode())) given.
+func (d PodDemand) allows(t topology.InstanceType, lbls map[string]string) bool {
 	for _, r := range d.DRA {
 		if r.InstanceTypes != nil && !slices.Contains(r.InstanceTypes, t.Name) || r.Matching != nil && !slices.Contains(r.Matching, t.Name) {
 			return false
 		}
 	}
-	return matchesSomeCapacity(d.Pod, NewNodeLabels(t, d.Mode()))
+	return matchesSomeCapacity(d.Pod, lbls)
 }
 
 // WaitingForScaleUp reports whether the pod is one the autoscaler acts on: pending, not bound,

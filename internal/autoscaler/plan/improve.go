@@ -147,52 +147,51 @@ func (p *planner) mayMerge(a, b *node, bound float64) bool {
 func (r *run) merge() bool {
 	p := r.p
 	lim := r.limitState()
-	for a := range r.nodes {
-		for b := a + 1; b < len(r.nodes); b++ {
-			na, nb := r.nodes[a], r.nodes[b]
-			if na.launching || nb.launching || na.mode != nb.mode {
-				continue
-			}
-			priced := r.priced(na) && r.priced(nb)
-			if !priced && (na.t.Name != nb.t.Name || na.need[na.ti]+nb.need[na.ti] > p.cores[na.ti]) {
-				continue // a node of their type cannot take both nodes' pods (mayMerge)
-			}
-			bound := math.Inf(1)
-			if priced {
-				bound = r.price(na) + r.price(nb)
-				if !p.mayMerge(na, nb, bound) && !r.mayReserve(na, nb, bound) {
-					continue
-				}
-			}
-			// A merge that found nothing finds nothing again while both nodes (and, with
-			// limits, the run's new nodes) are as they were.
-			key := pairKey{na.gen, nb.gen, lim}
-			if p.failed[key] {
-				continue
-			}
-			pods := append(podsOf(na), podsOf(nb)...)
-			var m *node
-			if priced {
-				allow := slices.Clone(na.allow)
-				allow.intersect(nb.allow)
-				need := slices.Clone(na.need)
-				for ti := range need {
-					need[ti] += nb.need[ti]
-				}
-				if m = r.reserved(pods, allow, need, na.mode, bound, na, nb); m == nil {
-					m = r.cheapest(pods, allow, need, na.mode, bound, 2, na.t.Devices+nb.t.Devices)
-				}
-			} else {
-				m = r.simulate(na.t, na.mode, pods)
-			}
-			if m == nil {
-				p.failed[key] = true
-				continue
-			}
-			r.remove(b)
-			r.replace(a, m)
-			return true
+	for _, ab := range r.candidatePairs() {
+		a, b := ab[0], ab[1]
+		na, nb := r.nodes[a], r.nodes[b]
+		if na.launching || nb.launching || na.mode != nb.mode {
+			continue
 		}
+		priced := r.priced(na) && r.priced(nb)
+		if !priced && (na.t.Name != nb.t.Name || na.need[na.ti]+nb.need[na.ti] > p.cores[na.ti]) {
+			continue // a node of their type cannot take both nodes' pods (mayMerge)
+		}
+		bound := math.Inf(1)
+		if priced {
+			bound = r.price(na) + r.price(nb)
+			if !p.mayMerge(na, nb, bound) && !r.mayReserve(na, nb, bound) {
+				continue
+			}
+		}
+		// A merge that found nothing finds nothing again while both nodes (and, with
+		// limits, the run's new nodes) are as they were.
+		key := pairKey{na.gen, nb.gen, lim}
+		if p.failed[key] {
+			continue
+		}
+		pods := append(podsOf(na), podsOf(nb)...)
+		var m *node
+		if priced {
+			allow := slices.Clone(na.allow)
+			allow.intersect(nb.allow)
+			need := slices.Clone(na.need)
+			for ti := range need {
+				need[ti] += nb.need[ti]
+			}
+			if m = r.reserved(pods, allow, need, na.mode, bound, na, nb); m == nil {
+				m = r.cheapest(pods, allow, need, na.mode, bound, 2, na.t.Devices+nb.t.Devices)
+			}
+		} else {
+			m = r.simulate(na.t, na.mode, pods)
+		}
+		if m == nil {
+			p.failed[key] = true
+			continue
+		}
+		r.remove(b)
+		r.replace(a, m)
+		return true
 	}
 	return false
 }
@@ -213,10 +212,7 @@ func (r *run) downsize() bool {
 		if r.priced(n) {
 			bound = r.price(n)
 		}
-		m := r.reserved(podsOf(n), n.allow, n.need, n.mode, bound, n)
-		if m == nil {
-			m = r.cheapest(podsOf(n), n.allow, n.need, n.mode, bound, 1, n.t.Devices)
-		}
+		m := r.cheapest(podsOf(n), n.allow, n.need, n.mode, bound, 1, n.t.Devices)
 		if m == nil {
 			p.failed[key] = true
 			continue
@@ -225,4 +221,113 @@ func (r *run) downsize() bool {
 		return true
 	}
 	return false
+}
+
+// candidatePairs returns the pairs of new nodes merge tries, in the run's order: mergePairs
+// without reservations, else every pair.
+func (r *run) candidatePairs() [][2]int {
+	if r.p.rv == nil {
+		return r.mergePairs()
+	}
+	// A node in a reservation costs nothing, and a pair may merge into a reservation's type
+	// (mayReserve): the list prices mergePairs prunes by do not hold, so every pair is tried.
+	var out [][2]int
+	for a := range r.nodes {
+		for b := a + 1; b < len(r.nodes); b++ {
+			out = append(out, [2]int{a, b})
+		}
+	}
+	return out
+}
+
+// mergePairs returns, in the run's order, the pairs of new nodes (positions a < b) that merge
+// may join: of one mode, and priced with a type that mayMerge accepts, or of one unknown-price
+// type with cores enough for both. A run of thousands of full nodes has few such pairs: they are
+// found through the nodes of each mode and type sorted by the cores they take on each type
+// (their need), not by trying every pair.
+func (r *run) mergePairs() [][2]int {
+	p := r.p
+	type group struct {
+		mode string
+		ti   int
+	}
+	var groups []group
+	members := map[group][]int{} // positions of the new nodes of each mode and type
+	for k, n := range r.nodes {
+		if n.launching {
+			continue
+		}
+		g := group{n.mode, n.ti}
+		if _, ok := members[g]; !ok {
+			groups = append(groups, g)
+		}
+		members[g] = append(members[g], k)
+	}
+	type byNeed struct {
+		g  group
+		ti int
+	}
+	sorted := map[byNeed][]int{} // a group's nodes that allow ti (any, for unknown prices), by need on ti
+	list := func(g group, ti int, priced bool) []int {
+		key := byNeed{g, ti}
+		if l, ok := sorted[key]; ok {
+			return l
+		}
+		var l []int
+		for _, k := range members[g] {
+			if n := r.nodes[k]; (!priced || n.allow.has(ti)) && n.need[ti] <= p.cores[ti] {
+				l = append(l, k)
+			}
+		}
+		slices.SortFunc(l, func(a, b int) int { return r.nodes[a].need[ti] - r.nodes[b].need[ti] })
+		sorted[key] = l
+		return l
+	}
+	var out [][2]int
+	// pairs adds the pairs of a node of la and one of lb whose needs on ti add up to its cores
+	// at most.
+	pairs := func(la, lb []int, ti int) {
+		for _, a := range la {
+			room := p.cores[ti] - r.nodes[a].need[ti]
+			if len(lb) == 0 || r.nodes[lb[0]].need[ti] > room {
+				return // and so for the later nodes of la, which need as much or more
+			}
+			for _, b := range lb {
+				if r.nodes[b].need[ti] > room {
+					break
+				}
+				if a != b {
+					out = append(out, [2]int{min(a, b), max(a, b)})
+				}
+			}
+		}
+	}
+	for x, ga := range groups {
+		for _, gb := range groups[x:] {
+			if ga.mode != gb.mode {
+				continue
+			}
+			ta, tb := p.byPrice[ga.ti], p.byPrice[gb.ti]
+			if !ta.PriceKnown() || !tb.PriceKnown() {
+				if ga == gb {
+					pairs(list(ga, ga.ti, false), list(gb, gb.ti, false), ga.ti)
+				}
+				continue
+			}
+			bound := *ta.PriceUSDPerHour + *tb.PriceUSDPerHour
+			for ti, t := range p.byPrice {
+				if !t.PriceKnown() || *t.PriceUSDPerHour >= bound-1e-9 {
+					break
+				}
+				pairs(list(ga, ti, true), list(gb, ti, true), ti)
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y [2]int) int {
+		if x[0] != y[0] {
+			return x[0] - y[0]
+		}
+		return x[1] - y[1]
+	})
+	return slices.Compact(out)
 }

@@ -10,15 +10,19 @@ package plan
 //     pod's request shape: its requests' resources and counts, and its ResourceClaims' specs as
 //     the allocator reads them (not its name or container names). planner.fits caches the
 //     placement under that key (node.state, recomputed whenever the node's usage changes) for
-//     every node of both runs. The key is the whole usage, not a hash of it, so two states never
-//     share an entry.
+//     every node of both runs, and with it the state the placement leads to (fit.then). The key
+//     is the whole usage, not a hash of it, so two states never share an entry.
 //   - A request shape that needs more cores than the node has free never reaches the cache or the
 //     engine, and neither does a merge or downsize to a type that some pod does not allow or whose
 //     cores are fewer than the pods take (node.allow, node.need).
 //   - A merge of two nodes, or a downsize, that found nothing is not tried again while the nodes
-//     are in the same states (node.gen, a number that changes with the usage; planner.failed).
+//     are in the same states (node.gen, a number that changes with the usage; planner.failed),
+//     and a sequence of request shapes that did not fit a type is not simulated on it again
+//     (planner.misfits). merge finds the pairs whose needs fit a cheaper type through the nodes
+//     sorted by need (run.mergePairs), not by trying every pair.
 //   - evacuate tries a pod only on the nodes of the types and mode it may go on that have free
-//     cores enough (run.shelves), and fill walks only the pods still free (run.nextFree).
+//     cores enough (run.shelves), placeExisting only on the nodes with free cores (run.roomy),
+//     and fill walks only the pods still free that the node may take (run.freeList).
 //
 // None of this changes a decision: the plan is the one the search without caches finds
 // (TestPlanCacheFollowsUsage compares the cached placements with the engine's, and
@@ -44,17 +48,36 @@ func (s typeSet) has(i int) bool { return s[i/64]&(1<<(i%64)) != 0 }
 
 func (s typeSet) add(i int) { s[i/64] |= 1 << (i % 64) }
 
+// key is the set as a map key.
+func (s typeSet) key() string {
+	b := make([]byte, 0, 8*len(s))
+	for _, w := range s {
+		b = binary.LittleEndian.AppendUint64(b, w)
+	}
+	return string(b)
+}
+
 func (s typeSet) intersect(o typeSet) {
 	for w := range s {
 		s[w] &= o[w]
 	}
 }
 
-// fit is where a request shape goes on a node in one state: what sim.place returns.
+// fit is where a request shape goes on a node in one state: what sim.place returns, and once a
+// pod of the shape was put on a node in that state, the state that made (then).
 type fit struct {
 	hw    []topology.Allocation
 	score float64
 	ok    bool
+	then  *nodeState
+}
+
+// nodeState is a node's usage and what planner.refresh keeps of it. The usage is never changed:
+// a node takes its own copy.
+type nodeState struct {
+	u     *topology.Usage
+	state string
+	free  int
 }
 
 // fitKey identifies a placement: the node's state (stateKey) and the request shape.
@@ -91,11 +114,20 @@ func (p *planner) index(pending []PodDemand) {
 	p.allow = make([]typeSet, len(pending))
 	p.req = make([]int, len(pending))
 	shapes := map[string]int{}
+	nodeLabels := map[string][]map[string]string{} // per mode, per type: NewNodeLabels, built once
 	for i, d := range pending {
 		p.mode[i] = d.Mode()
+		lbls, ok := nodeLabels[p.mode[i]]
+		if !ok {
+			lbls = make([]map[string]string, len(types))
+			for ti, t := range types {
+				lbls[ti] = NewNodeLabels(t, p.mode[i])
+			}
+			nodeLabels[p.mode[i]] = lbls
+		}
 		p.allow[i] = newTypeSet(len(types))
 		for ti, t := range types {
-			if d.Allows(t) {
+			if d.allows(t, lbls[ti]) {
 				p.allow[i].add(ti)
 			}
 		}
@@ -117,6 +149,7 @@ func (p *planner) index(pending []PodDemand) {
 	}
 	p.fits = map[fitKey]fit{}
 	p.failed = map[pairKey]bool{}
+	p.misfits = map[string]bool{}
 }
 
 // requestShape is what sim.place reads of a pod, as a key.
@@ -202,9 +235,10 @@ func stateKey(ti int, u *topology.Usage) string {
 	return string(b)
 }
 
-// serves reports whether an empty node of type ti takes request shape q.
+// serves reports whether an empty node of type ti takes request shape q. A shape that needs
+// more cores than the type has never reaches the engine.
 func (p *planner) serves(ti, q int) bool {
-	if p.cores[ti] == 0 {
+	if p.cores[ti] == 0 || p.need[q][ti] > p.cores[ti] {
 		return false
 	}
 	return p.fitState(p.empty[ti], ti, 0, nil, q).ok
@@ -269,26 +303,35 @@ func (p *planner) fitState(state string, ti, free int, u *topology.Usage, q int)
 	return f
 }
 
-// add puts pod i on n, where it must fit (fitOn), as the placement cache says.
+// add puts pod i on n, where it must fit (fitOn), as the placement cache says. The state the
+// placement leads to is cached with it: a pod of the same shape put on a node in the same state
+// leads to the same one, so the usage is checked and its key built once per placement, not once
+// per node.
 func (p *planner) add(n *node, i int) {
 	q := p.req[i]
 	f := p.fitState(n.state, n.ti, n.free, n.u, q)
 	if !f.ok {
 		panic(fmt.Sprintf("autoscaler planner: pod %s was put on a %s node where it does not fit. This is a bug in the autoscaler: please report it", p.pending[i].Key(), n.t.Name))
 	}
-	hw := make([]topology.Allocation, len(f.hw))
-	for k, a := range f.hw {
-		// The cached allocations are shared by every node in this state: the node's own copy
-		// goes into the plan.
-		hw[k] = topology.Allocation{Unit: a.Unit, Devices: append([]int{}, a.Devices...), Cores: append([]int{}, a.Cores...)}
-		if err := n.u.Allocate(hw[k]); err != nil {
-			panic(fmt.Sprintf("autoscaler planner: the cached placement of pod %s on a %s node does not fit its usage (%v). This is a bug in the autoscaler: please report it", p.pending[i].Key(), n.t.Name, err))
+	if f.then == nil {
+		u := n.u.Clone()
+		for _, a := range f.hw {
+			if err := u.Allocate(a); err != nil {
+				panic(fmt.Sprintf("autoscaler planner: the cached placement of pod %s on a %s node does not fit its usage (%v). This is a bug in the autoscaler: please report it", p.pending[i].Key(), n.t.Name, err))
+			}
 		}
+		f.then = &nodeState{u: u, state: stateKey(n.ti, u), free: u.FreeCoreCount()}
+		p.fits[fitKey{n.state, q}] = f
 	}
-	n.pods = append(n.pods, placed{pod: i, hw: hw})
+	// The cached allocations are shared by every node in this state, and copied into the plan
+	// (planner.result).
+	n.pods = append(n.pods, placed{pod: i, hw: f.hw})
 	n.allow.intersect(p.allow[i])
 	for ti, c := range p.need[q] {
 		n.need[ti] += c
 	}
-	p.refresh(n)
+	n.u = f.then.u.Clone()
+	p.gen++
+	n.gen = p.gen
+	n.state, n.free = f.then.state, f.then.free
 }

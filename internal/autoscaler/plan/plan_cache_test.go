@@ -333,10 +333,7 @@ func TestPlanMergeAndDownsize(t *testing.T) {
 	setup := func(t *testing.T, devCap int) (*run, func(typ string, pods ...int)) {
 		p := newPlanner(pending, nil, Options{Catalog: cat})
 		r := &run{p: p, at: make([]*node, len(pending)), prior: make([]bool, len(pending)), blocked: make([]string, len(pending)),
-			nodesCap: -1, devCap: devCap, next: make([]int, len(pending)+1)}
-		for k := range r.next {
-			r.next[k] = k
-		}
+			nodesCap: -1, devCap: devCap}
 		add := func(typ string, pods ...int) {
 			n := p.newNode(p.typeIndex[typ], labels.AllocationModeDevicePlugin)
 			for _, i := range pods {
@@ -430,4 +427,47 @@ func TestPlanMergeAndDownsize(t *testing.T) {
 			t.Errorf("nodes %v, want one inf1.xlarge", got)
 		}
 	})
+}
+
+// TestPlanMergePairs checks that merge's pairs, found through the nodes sorted by need, are
+// exactly the pairs of every run's nodes that pass merge's own filters (mode, mayMerge, and for
+// unknown prices the common type with cores enough), in the run's order: on the runs without
+// packing (a node per pod, many pairs that may merge) and with it.
+func TestPlanMergePairs(t *testing.T) {
+	types := topology.DefaultCatalog().Types()
+	total := 0
+	for seed := range uint64(30) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		var pending []PodDemand
+		for i := range 20 + r.IntN(200) {
+			pending = append(pending, randomDemand(r, fmt.Sprintf("p%d", i), types))
+		}
+		p := newPlanner(pending, nil, Options{Catalog: topology.DefaultCatalog()})
+		for _, pack := range []bool{false, true} {
+			ru := p.run(pack)
+			var want [][2]int
+			for a, na := range ru.nodes {
+				for b := a + 1; b < len(ru.nodes); b++ {
+					nb := ru.nodes[b]
+					if na.launching || nb.launching || na.mode != nb.mode {
+						continue
+					}
+					if na.t.PriceKnown() && nb.t.PriceKnown() {
+						if p.mayMerge(na, nb, *na.t.PriceUSDPerHour+*nb.t.PriceUSDPerHour) {
+							want = append(want, [2]int{a, b})
+						}
+					} else if na.t.Name == nb.t.Name && na.need[na.ti]+nb.need[na.ti] <= p.cores[na.ti] {
+						want = append(want, [2]int{a, b})
+					}
+				}
+			}
+			if got := ru.mergePairs(); !slices.Equal(got, want) {
+				t.Fatalf("seed %d, pack %v: %d nodes, mergePairs found %d pairs, want %d:\n got %v\nwant %v", seed, pack, len(ru.nodes), len(got), len(want), got, want)
+			}
+			total += len(want)
+		}
+	}
+	if total < 1000 {
+		t.Fatalf("the runs had %d pairs that may merge: too few to check mergePairs against", total)
+	}
 }

@@ -38,6 +38,7 @@ type planner struct {
 	empty     []string         // per type: the state of an empty node
 	gen       uint64           // the last node state number handed out
 	failed    map[pairKey]bool // merges and downsizes that found nothing, by node states
+	misfits   map[string]bool  // run.simulate's sequences of request shapes that do not fit a type
 }
 
 func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *planner {
@@ -61,7 +62,20 @@ func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *plan
 	sortByPrice(types)
 	p.byPrice = types
 	p.index(pending)
+	// A pod's candidates depend on its request shape and the types it allows only: pods alike in
+	// both share them (they are only read).
+	type candKey struct {
+		req   int
+		allow string
+	}
+	seen := map[candKey]int{} // the first pod with the key
 	for i := range pending {
+		key := candKey{p.req[i], p.allow[i].key()}
+		if j, ok := seen[key]; ok {
+			p.cands[i], p.outside[i], p.value[i] = p.cands[j], p.outside[j], p.value[j]
+			continue
+		}
+		seen[key] = i
 		for ti, t := range types {
 			// UltraServer types are launched as whole UltraServers only (ultraserver.go).
 			if t.UltraServerNodes > 0 || !p.allow[i].has(ti) || !p.serves(ti, p.req[i]) {
@@ -83,20 +97,30 @@ func newPlanner(pending []PodDemand, launching []NodeOption, opts Options) *plan
 	for i := range p.order {
 		p.order[i] = i
 	}
+	// The keys are worked out once per pod, not once per comparison.
+	type sortKey struct {
+		unknownOnly bool
+		weight      float64
+		key         string
+	}
+	keys := make([]sortKey, len(pending))
+	for i, d := range pending {
+		keys[i] = sortKey{p.unknownOnly(i), weight(d), d.Key()}
+	}
 	sort.SliceStable(p.order, func(a, b int) bool {
 		i, j := p.order[a], p.order[b]
-		ui, uj := p.unknownOnly(i), p.unknownOnly(j)
-		if ui != uj {
-			return ui
+		ki, kj := &keys[i], &keys[j]
+		if ki.unknownOnly != kj.unknownOnly {
+			return ki.unknownOnly
 		}
-		if wi, wj := weight(pending[i]), weight(pending[j]); wi != wj {
-			return wi > wj
+		if ki.weight != kj.weight {
+			return ki.weight > kj.weight
 		}
 		ti, tj := pending[i].Pod.CreationTimestamp, pending[j].Pod.CreationTimestamp
 		if !ti.Equal(&tj) {
 			return ti.Before(&tj)
 		}
-		return pending[i].Key() < pending[j].Key()
+		return ki.key < kj.key
 	})
 	p.rank = make([]int, len(pending))
 	for k, i := range p.order {

@@ -126,9 +126,15 @@ type reserves struct {
 	capSel   []bool
 	onDemand []typeSet
 	in       [][]bool
+	// swap's memos (reserve_swap.go): what a reserved node's pods cost on demand, by its state;
+	// the trades that found nothing.
+	out    map[uint64]float64
+	failed map[swapKey]bool
 }
 
-// reserves returns the planner's reservations; nil when there are none it may use.
+// reserves returns the planner's reservations and which of them each pod allows, with the pods
+// that only a reservation may take moved to the front of the order; nil when there is nothing to
+// decide (no reservation, no pod that names a capacity label, on-demand nodes allowed).
 func (p *planner) reserves() *reserves {
 	rv := &reserves{capSel: make([]bool, len(p.pending))}
 	for _, res := range p.opts.Reservations {

@@ -236,8 +236,8 @@ func TestPlanReservations(t *testing.T) {
 }
 
 // TestPlanReservationsImprove: slots that the improvements free are used again: pods the search
-// put on on-demand nodes move into a reservation when one has room, and two reserved nodes whose
-// pods fit on one become one.
+// put on on-demand nodes move into a reservation when one has room, two reserved nodes whose
+// pods fit on one become one, and a slot goes to the node that would cost most on demand.
 func TestPlanReservationsImprove(t *testing.T) {
 	// Three pods, two slots: the 16-device pod fills one reserved node, the two 8-device pods
 	// share the other.
@@ -267,12 +267,22 @@ func TestPlanReservationsImprove(t *testing.T) {
 	// An on-demand node moves into a reservation whose slot an improvement freed.
 	p = newPlanner([]PodDemand{demand(testPod("x").Neuron(4).Selector(labels.InstanceFamily, "trn1"))},
 		nil, Options{Catalog: defaultCatalog, Reservations: []Reservation{{ID: "cr-a", InstanceType: "trn1.32xlarge", Available: 1}}})
-	r = &run{p: p, at: make([]*node, 1), prior: make([]bool, 1), blocked: make([]string, 1), nodesCap: -1, devCap: -1, next: []int{0, 1}}
+	r = &run{p: p, at: make([]*node, 1), prior: make([]bool, 1), blocked: make([]string, 1), nodesCap: -1, devCap: -1}
 	n := r.simulate(p.byPrice[p.typeIndex["trn1.32xlarge"]], labels.AllocationModeDevicePlugin, []int{0})
 	r.adopt(n)
 	r.put(n)
-	if !r.downsize() || r.slots() != 1 || r.nodes[0].res != 1 {
-		t.Errorf("downsize: %d reserved nodes, node in reservation %d; want the on-demand node moved into the reservation", r.slots(), r.nodes[0].res)
+	if !r.swap() || r.slots() != 1 || r.nodes[0].res != 1 {
+		t.Errorf("swap: %d reserved nodes, node in reservation %d; want the on-demand node moved into the reservation", r.slots(), r.nodes[0].res)
+	}
+
+	// The search gives the slot to the pod it places first; a pod whose on-demand node would
+	// cost more takes it in a trade.
+	pending = []PodDemand{demand(testPod("x").Neuron(16)), demand(testPod("y").Neuron(16).Selector(labels.InstanceFamily, "trn1"))}
+	opts = Options{Reservations: []Reservation{{ID: "cr-a", InstanceType: "trn1.32xlarge", Available: 1}}}
+	plan, decisions = Plan(pending, nil, opts)
+	checkPlan(t, pending, nil, opts, plan, decisions)
+	if got := reservedPlans(plan); fmt.Sprint(got) != "[inf1.24xlarge@[x] trn1.32xlarge@cr-a[y]]" || plan.CostUSDPerHour != 4.721 {
+		t.Errorf("%v for $%v/h; want y in the reservation and x on an inf1.24xlarge ($4.721/h)", got, plan.CostUSDPerHour)
 	}
 }
 
@@ -470,6 +480,32 @@ func TestPlanReservationsNeverDearer(t *testing.T) {
 			if got, base := planCost(with, d), planCost(without, wd); got.compare(base) > 0 {
 				t.Errorf("with reservations %v the plan costs %+v, without %+v", reservations, got, base)
 			}
+		})
+	}
+}
+
+// BenchmarkPlanReserved plans BenchmarkPlan's batches with three reservations of 20 instances
+// (trn1.32xlarge, inf2.48xlarge, inf1.6xlarge), and reports planning speed (pods/s), the nodes
+// launched into them (reserved) and what the on-demand rest costs ($/h).
+func BenchmarkPlanReserved(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(1, 2))
+			types := topology.DefaultCatalog().Types()
+			var pending []PodDemand
+			for i := range n {
+				pending = append(pending, randomDemand(r, fmt.Sprintf("p%d", i), types))
+			}
+			opts := Options{Catalog: topology.DefaultCatalog(), Reservations: []Reservation{
+				{ID: "cr-1", InstanceType: "trn1.32xlarge", Available: 20}, {ID: "cr-2", InstanceType: "inf2.48xlarge", Available: 20},
+				{ID: "cr-3", InstanceType: "inf1.6xlarge", Available: 20}}}
+			var plan ScaleUp
+			for b.Loop() {
+				plan, _ = Plan(pending, nil, opts)
+			}
+			b.ReportMetric(float64(len(pending))*float64(b.N)/b.Elapsed().Seconds(), "pods/s")
+			b.ReportMetric(float64(plan.ReservedNodes), "reserved")
+			b.ReportMetric(plan.CostUSDPerHour, "$/h")
 		})
 	}
 }

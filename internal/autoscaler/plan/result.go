@@ -3,6 +3,8 @@ package plan
 import (
 	"fmt"
 	"strings"
+
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // noCandidate explains why no type may be launched for pod i, limits aside. Each pod's reason is
@@ -71,7 +73,7 @@ func (p *planner) result(r *run) (ScaleUp, []Decision) {
 		np := NodePlan{Name: n.name, Launching: n.launching, InstanceType: n.t, Mode: n.mode, Reservation: p.reservationID(n)}
 		for _, pl := range n.pods {
 			d := p.pending[pl.pod]
-			np.Pods = append(np.Pods, Placement{Pod: d.Key(), UID: d.Pod.UID, Hardware: pl.hw})
+			np.Pods = append(np.Pods, Placement{Pod: d.Key(), UID: d.Pod.UID, Hardware: cloneHardware(pl.hw)})
 		}
 		index[n] = len(out.Nodes)
 		out.Nodes = append(out.Nodes, np)
@@ -110,6 +112,15 @@ func (p *planner) result(r *run) (ScaleUp, []Decision) {
 		decisions[i] = dec
 	}
 	return out, decisions
+}
+
+// cloneHardware copies allocations the placement cache shares between nodes.
+func cloneHardware(hw []topology.Allocation) []topology.Allocation {
+	out := make([]topology.Allocation, len(hw))
+	for k, a := range hw {
+		out[k] = topology.Allocation{Unit: a.Unit, Devices: append([]int{}, a.Devices...), Cores: append([]int{}, a.Cores...)}
+	}
+	return out
 }
 
 func (p *planner) placedMessage(i int, n *node) string {

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"sort"
@@ -24,10 +25,14 @@ type run struct {
 	newD     int      // their devices
 	used     []int    // per reservation (reserves.list): the new nodes in it; nil for none yet
 	resGen   int      // changes whenever a reservation fills up or gets room again
-	// next finds the free pods in order without walking the placed ones: next[k] is k when the
-	// pod at position k of the order is free, else a position at or before the next free one
-	// (len(order) when none).
-	next []int
+	// lists are, per mode and type, the pods a new node of them may take, for fill.
+	lists map[listKey]*freeList
+	// try is open's list of types, kept to be reused.
+	try []int
+	// roomy are the nodes of the run with free cores (and perhaps some filled since), in the
+	// run's order, for placeExisting; nil until it needs them, and again whenever a node is
+	// replaced or removed. A full node is full for good: only replace puts it back.
+	roomy []*node
 }
 
 // run builds a plan: pack packs several pods per new node and improves the result; without it
@@ -45,14 +50,8 @@ func (p *planner) run(pack bool) *run {
 		r.devCap = max(0, p.opts.MaxDevices-p.opts.Existing.Devices-r.launchD)
 	}
 	// Pods already planned onto a launching node stay there.
-	r.next = make([]int, len(p.pending)+1)
-	for k := range r.next {
-		r.next[k] = k
-	}
 	for i, d := range p.pending {
-		if _, r.prior[i] = p.absorbed[d.id()]; r.prior[i] {
-			r.taken(i)
-		}
+		_, r.prior[i] = p.absorbed[d.id()]
 	}
 	// Launching nodes first: they cost nothing more.
 	for _, i := range p.order {
@@ -70,7 +69,7 @@ func (p *planner) run(pack bool) *run {
 		r.open(i, pack)
 	}
 	if pack {
-		for r.evacuate() || r.merge() || r.downsize() {
+		for r.evacuate() || r.merge() || r.downsize() || r.swap() {
 		}
 		for _, i := range p.order { // limits may have room again
 			if r.free(i) && !r.placeExisting(i, false) {
@@ -119,22 +118,61 @@ func (r *run) addLaunching(lo NodeOption) {
 // free reports whether pod i has no node yet.
 func (r *run) free(i int) bool { return r.at[i] == nil && !r.prior[i] }
 
-// taken records that pod i is no longer free: the walk over free pods skips it from now on.
-func (r *run) taken(i int) {
-	k := r.p.rank[i]
-	r.next[k] = k + 1
+// listKey names a freeList: the mode and type of the new nodes it is for.
+type listKey struct {
+	mode string
+	ti   int
 }
 
-// nextFree returns the position in the order of the first free pod at or after position k,
-// len(order) when there is none.
-func (r *run) nextFree(k int) int {
+// freeList is the pods a new node of one mode and type may take (run.compatible), in the
+// planner's order, and how to walk those still free without walking the placed ones: skip[k] is
+// k while the pod at position k is not known to be placed, else a position at or before the
+// next one that may be free (len(pods) when none). A placed pod is never free again.
+type freeList struct {
+	pods []int
+	skip []int
+}
+
+// freeList returns the pods a new node of the mode and type may take, built on first use.
+func (r *run) freeList(mode string, ti int) *freeList {
+	key := listKey{mode, ti}
+	if l, ok := r.lists[key]; ok {
+		return l
+	}
+	p := r.p
+	l := &freeList{}
+	for _, i := range p.order {
+		if p.mode[i] == mode && p.allow[i].has(ti) {
+			l.pods = append(l.pods, i)
+		}
+	}
+	l.skip = make([]int, len(l.pods)+1)
+	for k := range l.skip {
+		l.skip[k] = k
+	}
+	if r.lists == nil {
+		r.lists = map[listKey]*freeList{}
+	}
+	r.lists[key] = l
+	return l
+}
+
+// nextFree returns the position in l of the first free pod at or after position k, len(l.pods)
+// when there is none.
+func (r *run) nextFree(l *freeList, k int) int {
 	root := k
-	for r.next[root] != root {
-		root = r.next[root]
+	for {
+		for l.skip[root] != root {
+			root = l.skip[root]
+		}
+		if root == len(l.pods) || r.free(l.pods[root]) {
+			break
+		}
+		l.skip[root] = root + 1
 	}
 	for k != root { // point the walked positions at the free one, so the next walk is short
-		next := r.next[k]
-		r.next[k] = root
+		next := l.skip[k]
+		l.skip[k] = root
 		k = next
 	}
 	return root
@@ -144,7 +182,6 @@ func (r *run) nextFree(k int) int {
 func (r *run) assign(i int, n *node) {
 	r.at[i] = n
 	r.blocked[i] = ""
-	r.taken(i)
 }
 
 // put records the pods of n as placed there.
@@ -157,6 +194,9 @@ func (r *run) put(n *node) {
 // adopt adds n to the run's nodes.
 func (r *run) adopt(n *node) {
 	r.nodes = append(r.nodes, n)
+	if r.roomy != nil && n.free > 0 {
+		r.roomy = append(r.roomy, n)
+	}
 	if !n.launching {
 		r.newN++
 		r.newD += n.t.Devices
@@ -170,6 +210,7 @@ func (r *run) replace(k int, m *node) {
 	r.reserve(r.nodes[k], -1)
 	r.reserve(m, 1)
 	r.nodes[k] = m
+	r.roomy = nil
 	r.put(m)
 }
 
@@ -179,6 +220,7 @@ func (r *run) remove(k int) {
 	r.newD -= r.nodes[k].t.Devices
 	r.reserve(r.nodes[k], -1)
 	r.nodes = slices.Delete(r.nodes, k, k+1)
+	r.roomy = nil
 }
 
 // compatible reports whether pod i may go on node n.
@@ -188,13 +230,28 @@ func (r *run) compatible(i int, n *node) bool {
 }
 
 // placeExisting puts pod i on the node of the run (launching ones only, or every one) where it
-// fits tightest.
+// fits tightest (the first in the run's order among the tightest). Only nodes with free cores
+// are tried (a full node takes no pod, as fill assumes too): at thousands of pods nearly every
+// node of the run is full.
 func (r *run) placeExisting(i int, launchingOnly bool) bool {
 	p := r.p
 	q := p.req[i]
+	if r.roomy == nil {
+		r.roomy = make([]*node, 0, len(r.nodes))
+		for _, n := range r.nodes {
+			if n.free > 0 {
+				r.roomy = append(r.roomy, n)
+			}
+		}
+	}
 	var best *node
 	bestScore := math.Inf(-1)
-	for _, n := range r.nodes {
+	kept := r.roomy[:0] // the walk drops the nodes filled since
+	for _, n := range r.roomy {
+		if n.free == 0 {
+			continue
+		}
+		kept = append(kept, n)
 		if (launchingOnly && !n.launching) || !r.compatible(i, n) {
 			continue
 		}
@@ -202,6 +259,7 @@ func (r *run) placeExisting(i int, launchingOnly bool) bool {
 			best, bestScore = n, f.score
 		}
 	}
+	r.roomy = kept
 	if best == nil {
 		return false
 	}
@@ -242,32 +300,35 @@ func (r *run) open(i int, pack bool) {
 		r.blocked[i] = r.reservationMessage(i)
 		return
 	}
-	var within []topology.InstanceType
+	// The types to try, as positions in cands: those within the limits (and the pod's
+	// capacity labels) with a known price, else those without one, smallest first.
+	usable := func(t topology.InstanceType) bool {
+		return r.withinLimits(1, t.Devices) && (p.rv == nil || p.capacityOK(i, p.typeIndex[t.Name], 0, false))
+	}
+	within, priced := false, false
 	for _, t := range cands {
-		if r.withinLimits(1, t.Devices) && (p.rv == nil || p.capacityOK(i, p.typeIndex[t.Name], 0, false)) {
-			within = append(within, t)
+		if usable(t) {
+			within, priced = true, priced || t.PriceKnown()
 		}
 	}
-	if len(within) == 0 {
+	if !within {
 		r.blocked[i] = r.limitMessage(i)
 		return
 	}
-	var priced, unknown []topology.InstanceType
-	for _, t := range within {
-		if t.PriceKnown() {
-			priced = append(priced, t)
-		} else {
-			unknown = append(unknown, t)
+	try := r.try[:0]
+	for k, t := range cands {
+		if usable(t) && t.PriceKnown() == priced {
+			try = append(try, k)
 		}
 	}
-	try := priced
-	if len(try) == 0 {
-		try = unknown
-		sort.SliceStable(try, func(a, b int) bool { return try[a].Devices < try[b].Devices })
+	if !priced {
+		sort.SliceStable(try, func(a, b int) bool { return cands[try[a]].Devices < cands[try[b]].Devices })
 	}
+	r.try = try
 	var best *node
 	bestRatio := math.Inf(1)
-	for _, t := range try {
+	for _, k := range try {
+		t := cands[k]
 		n := r.fill(t, i, pack, 0)
 		if n == nil {
 			continue
@@ -291,6 +352,12 @@ func (r *run) open(i int, pack bool) {
 		}
 		if best == nil || ratio < bestRatio-1e-12 {
 			best, bestRatio = n, ratio
+		}
+		if !pack {
+			// A node of its own: the pod's value is the same on every type, so the ratio
+			// grows with the price, and try is cheapest first (unknown prices: smallest
+			// first, and the first is taken). No later type can do better.
+			break
 		}
 	}
 	if best == nil {
@@ -318,12 +385,12 @@ func (r *run) fill(t topology.InstanceType, i int, pack bool, res int) *node {
 	if !pack {
 		return n
 	}
-	// Every free pod, in order, is tried once on the node as it is then. The node's state changes
-	// only when one is put on it, so the placement cache answers all but the first pod of each
-	// request shape between two puts.
-	order := p.order
-	for k := r.nextFree(0); k < len(order) && n.free > 0; k = r.nextFree(k + 1) {
-		j := order[k]
+	// Every free pod the node may take, in order, is tried once on the node as it is then. The
+	// node's state changes only when one is put on it, so the placement cache answers all but the
+	// first pod of each request shape between two puts.
+	l := r.freeList(n.mode, ti)
+	for k := r.nextFree(l, 0); k < len(l.pods) && n.free > 0; k = r.nextFree(l, k+1) {
+		j := l.pods[k]
 		if j == i || !r.compatible(j, n) {
 			continue
 		}
@@ -343,12 +410,23 @@ func (r *run) simulate(t topology.InstanceType, mode string, pods []int) *node {
 	}
 	pods = slices.Clone(pods)
 	p.sortPods(pods)
-	n := p.newNode(ti, mode)
+	// Whether the pods fit one after the other depends on their request shapes in that order
+	// only: a sequence that did not fit on the type is not simulated again (improve tries many
+	// pairs of nodes that hold pods of the same shapes).
+	key := binary.AppendUvarint(nil, uint64(ti))
 	for _, i := range pods {
-		if !r.compatible(i, n) {
+		if p.mode[i] != mode || !p.allow[i].has(ti) || !p.famOK[ti] { // run.compatible with a new node
 			return nil
 		}
+		key = binary.AppendUvarint(key, uint64(p.req[i]))
+	}
+	if p.misfits[string(key)] {
+		return nil
+	}
+	n := p.newNode(ti, mode)
+	for _, i := range pods {
 		if !p.fitOn(n, p.req[i]).ok {
+			p.misfits[string(key)] = true
 			return nil
 		}
 		p.add(n, i)

@@ -148,7 +148,7 @@ func (s *sim) serves(t topology.InstanceType, d PodDemand, shape string) bool {
 		return ok
 	}
 	ok := false
-	if sh := s.shape(t); sh != nil {
+	if sh := s.shape(t); sh != nil && coresNeeded(d, sh) <= sh.Cores() { // else it cannot fit
 		_, _, ok = s.place(topology.NewUsage(sh), d)
 	}
 	s.served[key] = ok
