@@ -223,6 +223,7 @@ func TestReservations(t *testing.T) {
 		if !slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, odcrID) && strings.Contains(m, "on-demand") }) {
 			t.Errorf("events %q: want one naming %s and saying that on-demand fallback is off", msgs, odcrID)
 		}
+		t.Logf("whole-3 stays pending: %q", msgs)
 		p, err := c.CoreV1().Pods(ns).Get(ctx, "whole-3", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
