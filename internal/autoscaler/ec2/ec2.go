@@ -45,6 +45,10 @@ type Options struct {
 	// nominates the planned pods to that name and finds the Node: NodeNamePrivateDNSName (the
 	// default, "") or NodeNameInstanceID.
 	NodeNameSource string
+	// CapacityReservations select the On-Demand Capacity Reservations and Capacity Blocks for
+	// ML the autoscaler may launch into (Reservations lists them); none: it launches on demand
+	// only. ParseReservationSelectors reads them from the command line.
+	CapacityReservations []ReservationSelector
 }
 
 // Node name sources (Options.NodeNameSource), named as Bottlerocket's
@@ -73,6 +77,11 @@ func (o Options) validate() error {
 		if s == "" {
 			problems = append(problems, "subnet ids must not be empty")
 			break
+		}
+	}
+	for i, t := range o.CapacityReservations {
+		if err := t.validate(); err != nil {
+			problems = append(problems, fmt.Sprintf("capacity reservation term %d %s", i+1, err))
 		}
 	}
 	switch o.NodeNameSource {
