@@ -289,10 +289,14 @@ func (p *Provider) LaunchUltraServer(ctx context.Context, id string, nodes []aut
 	for i, n := range nodes {
 		in, err := p.Launch(ctx, n)
 		if err != nil {
+			// Terminated by instance id: DescribeInstances may not list them yet.
 			var undo []error
-			for _, done := range nodes[:i] {
-				if derr := p.Delete(ctx, done.Name); derr != nil {
-					undo = append(undo, derr)
+			if ids := instanceIDs(out); len(ids) > 0 {
+				if _, terr := p.c.TerminateInstances(ctx, &awsec2.TerminateInstancesInput{InstanceIds: ids}); terr != nil {
+					if code, msg := apiCode(terr); code == codeUnauthorized {
+						terr = &PermissionError{Operation: "TerminateInstances", Message: msg, Err: terr}
+					}
+					undo = append(undo, terr)
 				}
 			}
 			logger.V(2).Info("UltraServer launch failed, terminated its nodes", "failedNode", n.Name, "terminated", i, "err", err)
@@ -306,4 +310,15 @@ func (p *Provider) LaunchUltraServer(ctx context.Context, id string, nodes []aut
 	}
 	logger.V(2).Info("Launched UltraServer", "nodes", len(out))
 	return out, nil
+}
+
+// instanceIDs are the EC2 instance ids of the instances (the last element of the provider ID).
+func instanceIDs(ins []autoscaler.Instance) []string {
+	var out []string
+	for _, in := range ins {
+		if i := strings.LastIndexByte(in.ProviderID, '/'); i >= 0 && strings.HasPrefix(in.ProviderID[i+1:], "i-") {
+			out = append(out, in.ProviderID[i+1:])
+		}
+	}
+	return out
 }

@@ -308,7 +308,10 @@ func TestLaunchUltraServer(t *testing.T) {
 		e := setup(t, func(o *ec2.Options) { o.CapacityReservations = []ec2.ReservationSelector{{ID: crUltra}} })
 		e.fake.AddCapacityReservation(fakeec2.CapacityReservation{ID: crUltra, InstanceType: trn2u, AvailabilityZone: "us-west-2b", Total: 4, Available: 3,
 			CapacityBlock: true, CapacityBlockID: "cb-1", UltraServerType: "u-trn2x64"})
+		// DescribeInstances does not list the new nodes yet: they are terminated by id.
+		e.fake.SetEventualConsistency(true)
 		_, err := e.p.LaunchUltraServer(e.ctx, "us1", ultraNodes(4, crUltra))
+		e.fake.SetEventualConsistency(false)
 		var ce *ec2.CapacityError
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "3 nodes launched before it were terminated") {
 			t.Fatalf("error %v, want a *CapacityError after terminating 3 nodes", err)
