@@ -132,7 +132,9 @@ func TestReservationsFields(t *testing.T) {
 }
 
 func TestReservationsPaginate(t *testing.T) {
-	e := setup(t, func(o *ec2.Options) { o.CapacityReservations = []ec2.ReservationSelector{{Tags: map[string]string{"pool": "big"}}} })
+	e := setup(t, func(o *ec2.Options) {
+		o.CapacityReservations = []ec2.ReservationSelector{{Tags: map[string]string{"pool": "big"}}}
+	})
 	ec2.SetPageSize(e.p, 5)
 	for i := range 12 {
 		e.fake.AddCapacityReservation(fakeec2.CapacityReservation{ID: fmt.Sprintf("cr-%017x", i+1), InstanceType: trn1, AvailabilityZone: "us-west-2a", Total: 1, Tags: map[string]string{"pool": "big"}})
