@@ -57,6 +57,11 @@ func (p *Provider) Reservations(ctx context.Context) ([]autoscaler.Reservation, 
 			return nil, err
 		}
 		found = append(found, got...)
+		for _, id := range ids {
+			if !slices.ContainsFunc(got, func(cr types.CapacityReservation) bool { return aws.ToString(cr.CapacityReservationId) == id }) {
+				klog.FromContext(ctx).V(2).Info("Configured capacity reservation is neither active nor scheduled (expired, cancelled, pending...); not using it", "reservation", id)
+			}
+		}
 	}
 	for _, t := range p.o.CapacityReservations {
 		if len(t.Tags) == 0 {
