@@ -119,6 +119,21 @@
 //	  ]
 //	}
 //
+// # Reserved capacity
+//
+// Options.CapacityReservations select On-Demand Capacity Reservations and Capacity Blocks for ML
+// by id or by tags (reservations.go). Reservations describes them (DescribeCapacityReservations,
+// states active and scheduled; DescribeCapacityBlocks for the UltraServer type of a block, which
+// CapacityReservation does not carry). Launch with NodeRequest.Reservation targets the
+// reservation (CapacityReservationSpecification, and the capacity-block market type for a
+// block) in the configured subnets of its Availability Zone (DescribeSubnets, once), and tags the
+// instance kube-neuron.io/capacity-type, kube-neuron.io/capacity-reservation-id and, for a
+// block, kube-neuron.io/capacity-reservation-end; Instances reports them as labels and
+// annotations, with the instance's CapacityBlockId as CapacityBlockIDAnnotation.
+// LaunchUltraServer launches an UltraServer's nodes into its UltraServer Capacity Block, all or
+// none. The IAM policy then also needs ec2:DescribeCapacityReservations,
+// ec2:DescribeCapacityBlocks and ec2:DescribeSubnets (docs/autoscaler-eks.md, section 6).
+//
 // # Errors
 //
 // InsufficientInstanceCapacity and Unsupported move a launch to the next subnet (the client
@@ -128,5 +143,5 @@
 // launch template or subnet and an exhausted vCPU quota say what to change.
 //
 // The tests run the real aws-sdk-go-v2 client against fakeec2, a fake endpoint that speaks the
-// EC2 Query API for the five actions used, because EC2 cannot run here.
+// EC2 Query API for the actions used, because EC2 cannot run here.
 package ec2

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -45,7 +47,9 @@ type Options struct {
 	// nominates the planned pods to that name and finds the Node: NodeNamePrivateDNSName (the
 	// default, "") or NodeNameInstanceID.
 	NodeNameSource string
-	// CapacityReservations select the reservations to launch into (stub of the shared API).
+	// CapacityReservations select the On-Demand Capacity Reservations and Capacity Blocks for
+	// ML the autoscaler may launch into (Reservations lists them); none: it launches on demand
+	// only. ParseReservationSelectors reads them from the command line.
 	CapacityReservations []ReservationSelector
 }
 
@@ -77,6 +81,11 @@ func (o Options) validate() error {
 			break
 		}
 	}
+	for i, t := range o.CapacityReservations {
+		if err := t.validate(); err != nil {
+			problems = append(problems, fmt.Sprintf("capacity reservation term %d %s", i+1, err))
+		}
+	}
 	switch o.NodeNameSource {
 	case "", NodeNamePrivateDNSName, NodeNameInstanceID:
 	default:
@@ -96,6 +105,9 @@ type API interface {
 	TerminateInstances(ctx context.Context, in *awsec2.TerminateInstancesInput, optFns ...func(*awsec2.Options)) (*awsec2.TerminateInstancesOutput, error)
 	CreateTags(ctx context.Context, in *awsec2.CreateTagsInput, optFns ...func(*awsec2.Options)) (*awsec2.CreateTagsOutput, error)
 	DeleteTags(ctx context.Context, in *awsec2.DeleteTagsInput, optFns ...func(*awsec2.Options)) (*awsec2.DeleteTagsOutput, error)
+	DescribeCapacityReservations(ctx context.Context, in *awsec2.DescribeCapacityReservationsInput, optFns ...func(*awsec2.Options)) (*awsec2.DescribeCapacityReservationsOutput, error)
+	DescribeCapacityBlocks(ctx context.Context, in *awsec2.DescribeCapacityBlocksInput, optFns ...func(*awsec2.Options)) (*awsec2.DescribeCapacityBlocksOutput, error)
+	DescribeSubnets(ctx context.Context, in *awsec2.DescribeSubnetsInput, optFns ...func(*awsec2.Options)) (*awsec2.DescribeSubnetsOutput, error)
 }
 
 var _ API = (*awsec2.Client)(nil)
@@ -105,6 +117,11 @@ type Provider struct {
 	c        API
 	o        Options
 	pageSize int32
+	now      func() time.Time
+
+	mu       sync.Mutex
+	subnetAZ map[string]string                 // subnet -> Availability Zone; nil until described
+	known    map[string]autoscaler.Reservation // by id, as last described
 }
 
 var _ autoscaler.Provider = (*Provider)(nil)
@@ -145,7 +162,7 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 // failed for capacity in the same subnet (a caller's client should not either) and works around
 // a request body race (plainRequestBody).
 func NewWithClient(client API, o Options) *Provider {
-	return &Provider{c: client, o: o, pageSize: 1000}
+	return &Provider{c: client, o: o, pageSize: 1000, now: time.Now, known: map[string]autoscaler.Reservation{}}
 }
 
 // capacityNotRetried keeps the SDK from retrying InsufficientInstanceCapacity (an HTTP 500,
@@ -202,22 +219,6 @@ var (
 // instances of the same name.
 const maxTokenGenerations = 8
 
-// ErrUltraServer is LaunchUltraServer's answer: EC2 sells UltraServer capacity (trn2u.48xlarge)
-// as UltraServer Capacity Blocks, and this provider does not launch into Capacity Blocks.
-var ErrUltraServer = errors.New("the ec2 provider does not launch UltraServers: EC2 sells trn2u.48xlarge capacity as UltraServer Capacity Blocks, " +
-	"which it cannot launch into yet. Run the UltraServer's nodes in a node group on your Capacity Block; the scheduler then places the pods on them")
-
-// LaunchUltraServer implements autoscaler.Provider: it launches nothing (ErrUltraServer), rather
-// than four unrelated trn2u.48xlarge instances that would share no UltraServer.
-func (p *Provider) LaunchUltraServer(context.Context, string, []autoscaler.NodeRequest) ([]autoscaler.Instance, error) {
-	return nil, ErrUltraServer
-}
-
-// Reservations implements autoscaler.Provider.
-func (p *Provider) Reservations(context.Context) ([]autoscaler.Reservation, error) {
-	return nil, nil
-}
-
 // Launch implements autoscaler.Provider: it returns the live instance launched for r.Name, or
 // launches one.
 func (p *Provider) Launch(ctx context.Context, r autoscaler.NodeRequest) (autoscaler.Instance, error) {
@@ -238,10 +239,26 @@ func (p *Provider) Launch(ctx context.Context, r autoscaler.NodeRequest) (autosc
 		return p.toInstance(found[0]), nil
 	}
 
+	var res *autoscaler.Reservation
+	subnets := p.o.Subnets
+	if r.Reservation != "" {
+		got, err := p.reservation(ctx, r.Reservation)
+		if err != nil {
+			return autoscaler.Instance{}, err
+		}
+		if got.InstanceType != r.Type {
+			return autoscaler.Instance{}, fmt.Errorf("ec2: node %s is a %s, but the capacity reservation %s holds %s instances", r.Name, r.Type, got.ID, got.InstanceType)
+		}
+		res = &got
+		if subnets, err = p.subnetsIn(ctx, got.AvailabilityZone); err != nil {
+			return autoscaler.Instance{}, fmt.Errorf("ec2: launching node %s into %s: %w", r.Name, got.ID, err)
+		}
+	}
+	r = withCapacity(r, res)
 	tags := p.tags(r)
 	token := r.Name
 	for range maxTokenGenerations {
-		in, err := p.run(ctx, r, tags, token)
+		in, err := p.run(ctx, r, res, subnets, tags, token)
 		if err != nil {
 			return autoscaler.Instance{}, err
 		}
@@ -286,12 +303,12 @@ func nextToken(name, id string) string {
 }
 
 // run launches one instance with the client token, trying the subnets in order.
-func (p *Provider) run(ctx context.Context, r autoscaler.NodeRequest, tags launchTags, token string) (*types.Instance, error) {
+func (p *Provider) run(ctx context.Context, r autoscaler.NodeRequest, res *autoscaler.Reservation, subnets []string, tags launchTags, token string) (*types.Instance, error) {
 	logger := klog.FromContext(ctx)
 	var failures []SubnetFailure
 	mismatch := false
-	for _, subnet := range p.o.Subnets {
-		out, err := p.c.RunInstances(ctx, p.runInput(r, tags, subnet, token))
+	for _, subnet := range subnets {
+		out, err := p.c.RunInstances(ctx, p.runInput(r, res, tags, subnet, token))
 		if err == nil {
 			if len(out.Instances) == 0 {
 				return nil, fmt.Errorf("ec2: RunInstances of a %s in %s returned no instance", r.Type, subnet)
@@ -319,6 +336,9 @@ func (p *Provider) run(ctx context.Context, r autoscaler.NodeRequest, tags launc
 			}
 			mismatch = true
 			failures = append(failures, SubnetFailure{Subnet: subnet, Code: code, Message: msg})
+		case codeReservationFull:
+			// No other subnet helps: the reservation is the same in each.
+			return nil, &CapacityError{InstanceType: r.Type, Reservation: res.ID, Failures: append(failures, SubnetFailure{Subnet: subnet, Code: code, Message: msg})}
 		case codeUnauthorized:
 			return nil, &PermissionError{Operation: "RunInstances", Message: msg, Err: err}
 		default:
@@ -328,17 +348,21 @@ func (p *Provider) run(ctx context.Context, r autoscaler.NodeRequest, tags launc
 	if mismatch {
 		return nil, fmt.Errorf("ec2: client token %s already launched an instance that DescribeInstances does not show yet (EC2 is eventually consistent); the next launch attempt finds it: %s", token, failureList(failures))
 	}
-	return nil, &CapacityError{InstanceType: r.Type, Failures: failures}
+	capErr := &CapacityError{InstanceType: r.Type, Failures: failures}
+	if res != nil {
+		capErr.Reservation = res.ID
+	}
+	return nil, capErr
 }
 
-func (p *Provider) runInput(r autoscaler.NodeRequest, tags launchTags, subnet, token string) *awsec2.RunInstancesInput {
+func (p *Provider) runInput(r autoscaler.NodeRequest, res *autoscaler.Reservation, tags launchTags, subnet, token string) *awsec2.RunInstancesInput {
 	lt := &types.LaunchTemplateSpecification{Version: aws.String(cmp.Or(p.o.LaunchTemplateVersion, "$Latest"))}
 	if strings.HasPrefix(p.o.LaunchTemplate, "lt-") {
 		lt.LaunchTemplateId = aws.String(p.o.LaunchTemplate)
 	} else {
 		lt.LaunchTemplateName = aws.String(p.o.LaunchTemplate)
 	}
-	return &awsec2.RunInstancesInput{
+	in := &awsec2.RunInstancesInput{
 		MinCount:       aws.Int32(1),
 		MaxCount:       aws.Int32(1),
 		InstanceType:   types.InstanceType(r.Type),
@@ -350,6 +374,17 @@ func (p *Provider) runInput(r autoscaler.NodeRequest, tags launchTags, subnet, t
 			{ResourceType: types.ResourceTypeVolume, Tags: tags.volume},
 		},
 	}
+	if res != nil {
+		// A targeted launch: into this reservation only, failing when it is full.
+		in.CapacityReservationSpecification = &types.CapacityReservationSpecification{
+			CapacityReservationPreference: types.CapacityReservationPreferenceCapacityReservationsOnly,
+			CapacityReservationTarget:     &types.CapacityReservationTarget{CapacityReservationId: aws.String(res.ID)},
+		}
+		if res.CapacityBlock {
+			in.InstanceMarketOptions = &types.InstanceMarketOptionsRequest{MarketType: types.MarketTypeCapacityBlock}
+		}
+	}
+	return in
 }
 
 // Instances implements autoscaler.Provider: the instances tagged launched-by (and with the
@@ -542,6 +577,6 @@ func (p *Provider) toInstance(in types.Instance) autoscaler.Instance {
 		Type:        string(in.InstanceType),
 		Launching:   in.State != nil && in.State.Name == launchingState,
 		Labels:      labelsOf(tags),
-		Annotations: annotationsOf(tags),
+		Annotations: annotationsOf(tags, aws.ToString(in.CapacityBlockId)),
 	}
 }

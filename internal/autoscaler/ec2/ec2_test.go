@@ -161,6 +161,9 @@ func TestLaunchTagsTheInstance(t *testing.T) {
 		ec2.NodeTemplateLabelPrefix + labels.AllocationMode:      "device-plugin",
 		ec2.NodeTemplateLabelPrefix + autoscaler.LaunchedByLabel: "neuron-autoscaler",
 		ec2.NodeTemplateTaintPrefix + neuronTK:                   "true:NoSchedule",
+		// An on-demand launch says so, in a tag and a node-template label tag.
+		labels.CapacityType: labels.CapacityTypeOnDemand,
+		ec2.NodeTemplateLabelPrefix + labels.CapacityType: labels.CapacityTypeOnDemand,
 	}
 	if !maps.Equal(fi.Tags, wantTags) {
 		t.Errorf("instance tags\n got %v\nwant %v", fi.Tags, wantTags)
@@ -184,8 +187,10 @@ func TestLaunchTagsTheInstance(t *testing.T) {
 	if got.Type != trn1 || !got.Launching {
 		t.Errorf("Type %q Launching %v, want %s and launching", got.Type, got.Launching, trn1)
 	}
-	if !maps.Equal(got.Labels, r.Labels) {
-		t.Errorf("Labels\n got %v\nwant %v", got.Labels, r.Labels)
+	wantLabels := maps.Clone(r.Labels)
+	wantLabels[labels.CapacityType] = labels.CapacityTypeOnDemand
+	if !maps.Equal(got.Labels, wantLabels) {
+		t.Errorf("Labels\n got %v\nwant %v", got.Labels, wantLabels)
 	}
 	wantAnn := map[string]string{autoscaler.PlannedPodsAnnotation: "team-a/train-0,team-a/train-1", ec2.NodeNameTag: r.Name}
 	if !maps.Equal(got.Annotations, wantAnn) {

@@ -21,10 +21,17 @@ type SubnetFailure struct {
 // offer it (Unsupported). The controller may try another type or wait.
 type CapacityError struct {
 	InstanceType string
-	Failures     []SubnetFailure
+	// Reservation is the capacity reservation a targeted launch went into ("" on demand): it
+	// had no room left (ReservationCapacityExceeded), or its zone no capacity.
+	Reservation string
+	Failures    []SubnetFailure
 }
 
 func (e *CapacityError) Error() string {
+	if e.Reservation != "" {
+		return fmt.Sprintf("ec2: the capacity reservation %s could not launch a %s: %s. Its instances are in use (or EC2 counts them so until they have terminated); the autoscaler plans again on its next round with the reservation's new count",
+			e.Reservation, e.InstanceType, failureList(e.Failures))
+	}
 	subnets := make([]string, 0, len(e.Failures))
 	for _, f := range e.Failures {
 		subnets = append(subnets, f.Subnet)
@@ -50,11 +57,14 @@ type PermissionError struct {
 
 // iamActions are the IAM actions (and conditions) each call needs.
 var iamActions = map[string]string{
-	"RunInstances":       "ec2:RunInstances, ec2:CreateTags with the condition ec2:CreateAction=RunInstances (the launch tags), and iam:PassRole on the role of the launch template's instance profile",
-	"DescribeInstances":  "ec2:DescribeInstances",
-	"TerminateInstances": "ec2:TerminateInstances on instances tagged " + autoscaler.LaunchedByLabel + "=" + autoscaler.LaunchedByValue,
-	"CreateTags":         ownTags,
-	"DeleteTags":         ownTags,
+	"RunInstances":                 "ec2:RunInstances, ec2:CreateTags with the condition ec2:CreateAction=RunInstances (the launch tags), and iam:PassRole on the role of the launch template's instance profile",
+	"DescribeInstances":            "ec2:DescribeInstances",
+	"TerminateInstances":           "ec2:TerminateInstances on instances tagged " + autoscaler.LaunchedByLabel + "=" + autoscaler.LaunchedByValue,
+	"CreateTags":                   ownTags,
+	"DescribeCapacityReservations": "ec2:DescribeCapacityReservations (to list the capacity reservations configured in " + capacityReservationsOption + ")",
+	"DescribeCapacityBlocks":       "ec2:DescribeCapacityBlocks (to tell UltraServer Capacity Blocks from instance blocks)",
+	"DescribeSubnets":              "ec2:DescribeSubnets (to find the configured subnets in a reservation's Availability Zone)",
+	"DeleteTags":                   ownTags,
 }
 
 // ownTags is the permission that records the pods later rounds plan onto a launching node.

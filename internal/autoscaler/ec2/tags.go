@@ -64,6 +64,14 @@ func (p *Provider) tags(r autoscaler.NodeRequest) launchTags {
 	if r.Mode != "" {
 		inst = append(inst, tag(labels.AllocationMode, r.Mode))
 	}
+	for _, k := range []string{labels.CapacityType, labels.CapacityReservationID} {
+		if v := r.Labels[k]; v != "" {
+			inst = append(inst, tag(k, v))
+		}
+	}
+	if v := r.Annotations[labels.CapacityReservationEndAnnotation]; v != "" {
+		inst = append(inst, tag(labels.CapacityReservationEndAnnotation, v))
+	}
 	inst = append(inst, plannedPodsTags(r.Annotations[autoscaler.PlannedPodsAnnotation])...)
 	// A label or taint whose tag would exceed EC2's limits is left out: the tags only describe
 	// the node (the launch template's user data sets its labels and taints).
@@ -138,7 +146,7 @@ func labelsOf(tags map[string]string) map[string]string {
 			out[l] = v
 		}
 	}
-	for _, k := range []string{autoscaler.LaunchedByLabel, labels.AllocationMode} {
+	for _, k := range []string{autoscaler.LaunchedByLabel, labels.AllocationMode, labels.CapacityType, labels.CapacityReservationID} {
 		if v, ok := tags[k]; ok {
 			out[k] = v
 		}
@@ -146,8 +154,9 @@ func labelsOf(tags map[string]string) map[string]string {
 	return out
 }
 
-// annotationsOf are the planned pods (joined again) and the request's name.
-func annotationsOf(tags map[string]string) map[string]string {
+// annotationsOf are the planned pods (joined again), the request's name, a Capacity Block's end
+// and the instance's Capacity Block id (blockID, "" if none).
+func annotationsOf(tags map[string]string, blockID string) map[string]string {
 	out := map[string]string{}
 	var pods strings.Builder
 	for i := 1; i <= plannedPodsTagCount; i++ {
@@ -162,6 +171,12 @@ func annotationsOf(tags map[string]string) map[string]string {
 	}
 	if v, ok := tags[NodeNameTag]; ok {
 		out[NodeNameTag] = v
+	}
+	if v, ok := tags[labels.CapacityReservationEndAnnotation]; ok {
+		out[labels.CapacityReservationEndAnnotation] = v
+	}
+	if blockID != "" {
+		out[CapacityBlockIDAnnotation] = blockID
 	}
 	return out
 }

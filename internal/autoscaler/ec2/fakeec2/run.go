@@ -22,6 +22,8 @@ type runRequest struct {
 	image, itype string
 	subnet, az   string
 	tags         map[string]map[string]string // resource type -> key -> value
+	reservation  string                       // CapacityReservationTarget.CapacityReservationId
+	marketType   string                       // InstanceMarketOptions.MarketType
 }
 
 // runInstances answers RunInstances in four steps: parse and check the request (parseRun, in
@@ -42,6 +44,9 @@ func (s *Server) runInstances(region string, form url.Values, reqID string, dryR
 		return nil, aerr
 	}
 	if ins == nil {
+		if aerr := s.targetedLaunch(req); aerr != nil {
+			return nil, aerr
+		}
 		if aerr := s.capacity(req); aerr != nil {
 			return nil, aerr
 		}
@@ -71,8 +76,39 @@ func (s *Server) parseRun(form url.Values) (runRequest, *apiError) {
 	if req.subnet, req.az, aerr = s.subnet(form); aerr != nil {
 		return req, aerr
 	}
-	req.tags, aerr = tagSpecifications(form)
+	if req.tags, aerr = tagSpecifications(form); aerr != nil {
+		return req, aerr
+	}
+	req.reservation, req.marketType, aerr = reservationTarget(form)
 	return req, aerr
+}
+
+// reservationTarget reads CapacityReservationSpecification (a target only with the preference
+// capacity-reservations-only or none given) and InstanceMarketOptions.MarketType.
+func reservationTarget(form url.Values) (id, market string, aerr *apiError) {
+	const spec = "CapacityReservationSpecification"
+	if aerr := keysUnder(form, spec, "CapacityReservationPreference", "CapacityReservationTarget.CapacityReservationId"); aerr != nil {
+		return "", "", aerr
+	}
+	if aerr := keysUnder(form, "InstanceMarketOptions", "MarketType"); aerr != nil {
+		return "", "", aerr
+	}
+	id, pref := form.Get(spec+".CapacityReservationTarget.CapacityReservationId"), form.Get(spec+".CapacityReservationPreference")
+	switch pref {
+	case "", "capacity-reservations-only", "open", "none":
+	default:
+		return "", "", invalidValue(spec+".CapacityReservationPreference", pref, "It must be capacity-reservations-only, open or none.")
+	}
+	if id != "" && pref != "" && pref != "capacity-reservations-only" {
+		return "", "", errorf(http.StatusBadRequest, "InvalidParameterCombination", "A CapacityReservationTarget can only be used with the preference capacity-reservations-only.")
+	}
+	market = form.Get("InstanceMarketOptions.MarketType")
+	switch market {
+	case "", "capacity-block", "on-demand", "spot":
+	default:
+		return "", "", invalidValue("InstanceMarketOptions.MarketType", market, "It must be spot, capacity-block or on-demand.")
+	}
+	return id, market, nil
 }
 
 // counts checks MinCount and MaxCount and returns MaxCount.
@@ -255,6 +291,9 @@ func (s *Server) launch(region string, req runRequest, params string) []*instanc
 	if req.token != "" {
 		s.tokens[req.token] = l
 	}
+	if r := s.reservation(req.reservation); r != nil {
+		r.Available -= req.maxCount
+	}
 	return ins
 }
 
@@ -275,25 +314,30 @@ func (s *Server) newInstance(region string, req runRequest, resID string) *insta
 	}
 	in := &instance{
 		Instance: Instance{
-			ID:               id,
-			ReservationID:    resID,
-			Type:             req.itype,
-			State:            StatePending,
-			ImageID:          req.image,
-			SubnetID:         req.subnet,
-			AvailabilityZone: req.az,
-			PrivateIP:        ip,
-			PrivateDNSName:   host + "." + domain,
-			ClientToken:      req.token,
-			Tags:             nonNil(req.tags["instance"]),
-			VolumeTags:       nonNil(req.tags["volume"]),
-			LaunchTime:       s.now(),
+			ID:                    id,
+			ReservationID:         resID,
+			Type:                  req.itype,
+			State:                 StatePending,
+			ImageID:               req.image,
+			SubnetID:              req.subnet,
+			AvailabilityZone:      req.az,
+			PrivateIP:             ip,
+			PrivateDNSName:        host + "." + domain,
+			ClientToken:           req.token,
+			Tags:                  nonNil(req.tags["instance"]),
+			VolumeTags:            nonNil(req.tags["volume"]),
+			LaunchTime:            s.now(),
+			CapacityReservationID: req.reservation,
 		},
 		seq:    s.seq,
 		hidden: s.lagging,
 	}
 	if req.template != nil {
 		in.LaunchTemplateID, in.LaunchTemplateVersion = req.template.ID, cmp.Or(req.version, "$Default")
+	}
+	if r := s.reservation(req.reservation); r != nil {
+		in.CapacityBlockID = r.CapacityBlockID
+		in.CapacityBlock = r.CapacityBlock
 	}
 	if s.pendingDescribes == 0 {
 		in.State = StateRunning

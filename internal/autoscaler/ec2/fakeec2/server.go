@@ -39,6 +39,19 @@
 // UnauthorizedOperation. Parameters of these actions that it does not model are rejected as
 // UnknownParameter rather than ignored, so a provider change that needs them fails loudly here.
 //
+// Reserved capacity: tests seed On-Demand Capacity Reservations and Capacity Blocks with
+// AddCapacityReservation. DescribeCapacityReservations (ids, filters state, instance-type,
+// availability-zone, reservation-type, tag:<key>, tag-key; MaxResults and NextToken),
+// DescribeCapacityBlocks (by id: the UltraServer type) and DescribeSubnets answer from them;
+// RunInstances with CapacityReservationSpecification.CapacityReservationTarget launches into one,
+// counting its AvailableInstanceCount down (ReservationCapacityExceeded when it has no room) and
+// refusing a Capacity Block without InstanceMarketOptions.MarketType=capacity-block, a market type
+// on an ODCR, another instance type, a subnet in another Availability Zone or a reservation not
+// active; TerminateInstances gives the slot back; DescribeInstances shows capacityReservationId,
+// capacityBlockId and, on Capacity Blocks, instanceLifecycle capacity-block. EC2's exact codes
+// and messages for these refusals are not public; the fake's are close approximations
+// (InvalidParameterCombination, InvalidCapacityReservationId.NotFound).
+//
 // Authentication: a request must carry a SigV4 Authorization header (AuthFailure otherwise),
 // whose credential scope names the region and the service ec2; the signature is not verified.
 package fakeec2
@@ -77,6 +90,10 @@ type Instance struct {
 	Tags                  map[string]string
 	VolumeTags            map[string]string
 	LaunchTime            time.Time
+	// CapacityReservationID is the reservation it launched into; CapacityBlockID its Capacity
+	// Block's id; CapacityBlock: launched with the capacity-block market type.
+	CapacityReservationID, CapacityBlockID string
+	CapacityBlock                          bool
 }
 
 // LaunchTemplate is a launch template RunInstances may name by id or name.
@@ -119,6 +136,7 @@ type Server struct {
 	byID             map[string]*instance
 	tokens           map[string]*launch
 	calls            map[string]int
+	reservations     []*CapacityReservation
 	seq              int
 	requests         int
 }

@@ -29,6 +29,9 @@ func (s *Server) terminateInstances(form url.Values, reqID string, dryRun bool) 
 		if prev != StateShuttingDown && prev != StateTerminated {
 			in.State = StateShuttingDown
 			in.terminatedAt = s.now()
+			if r := s.reservation(in.CapacityReservationID); r != nil {
+				r.Available = min(r.Available+1, r.Total) // the slot is free again
+			}
 		}
 		resp.Instances = append(resp.Instances, xmlStateChange{InstanceID: id, CurrentState: state(in.State), PreviousState: state(prev)})
 	}

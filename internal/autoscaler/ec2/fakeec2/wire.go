@@ -129,6 +129,12 @@ func (s *Server) handle(auth string, form url.Values, reqID string) (any, *apiEr
 		return s.createTags(form, reqID, dryRun)
 	case "DeleteTags":
 		return s.deleteTags(form, reqID, dryRun)
+	case "DescribeCapacityReservations":
+		return s.describeCapacityReservations(form, reqID, dryRun)
+	case "DescribeCapacityBlocks":
+		return s.describeCapacityBlocks(form, reqID, dryRun)
+	case "DescribeSubnets":
+		return s.describeSubnets(form, reqID, dryRun)
 	default:
 		return s.terminateInstances(form, reqID, dryRun)
 	}
@@ -136,11 +142,14 @@ func (s *Server) handle(auth string, form url.Values, reqID string) (any, *apiEr
 
 // actionParams are the top-level parameters the fake models per action.
 var actionParams = map[string][]string{
-	"RunInstances":       {"Action", "Version", "DryRun", "ClientToken", "MinCount", "MaxCount", "InstanceType", "ImageId", "SubnetId", "LaunchTemplate", "TagSpecification"},
-	"DescribeInstances":  {"Action", "Version", "DryRun", "Filter", "InstanceId", "MaxResults", "NextToken"},
-	"TerminateInstances": {"Action", "Version", "DryRun", "InstanceId"},
-	"CreateTags":         {"Action", "Version", "DryRun", "ResourceId", "Tag"},
-	"DeleteTags":         {"Action", "Version", "DryRun", "ResourceId", "Tag"},
+	"RunInstances":                 {"Action", "Version", "DryRun", "ClientToken", "MinCount", "MaxCount", "InstanceType", "ImageId", "SubnetId", "LaunchTemplate", "TagSpecification", "CapacityReservationSpecification", "InstanceMarketOptions"},
+	"DescribeCapacityReservations": {"Action", "Version", "DryRun", "CapacityReservationId", "Filter", "MaxResults", "NextToken"},
+	"DescribeCapacityBlocks":       {"Action", "Version", "DryRun", "CapacityBlockId"},
+	"DescribeSubnets":              {"Action", "Version", "DryRun", "SubnetId"},
+	"DescribeInstances":            {"Action", "Version", "DryRun", "Filter", "InstanceId", "MaxResults", "NextToken"},
+	"TerminateInstances":           {"Action", "Version", "DryRun", "InstanceId"},
+	"CreateTags":                   {"Action", "Version", "DryRun", "ResourceId", "Tag"},
+	"DeleteTags":                   {"Action", "Version", "DryRun", "ResourceId", "Tag"},
 }
 
 var dryRunError = errorf(http.StatusPreconditionFailed, "DryRunOperation", "Request would have succeeded, but DryRun flag is set.")

@@ -120,6 +120,47 @@ func TestWireGolden(t *testing.T) {
 	s.SetEventualConsistency(false)
 	s.Deny("DescribeInstances")
 	do("Action=DescribeInstances")
+	// Reserved capacity: an ODCR, a Capacity Block of an UltraServer, a scheduled one.
+	s.AddCapacityReservation(CapacityReservation{ID: "cr-1", InstanceType: "trn1.32xlarge", AvailabilityZone: "us-west-2a", Total: 1, Tags: map[string]string{"team": "ml"}})
+	s.AddCapacityReservation(CapacityReservation{ID: "cr-2", InstanceType: "trn2u.48xlarge", AvailabilityZone: "us-west-2b", Total: 4, CapacityBlock: true,
+		CapacityBlockID: "cb-1", UltraServerType: "u-trn2x64", Start: time.Unix(1699990000, 0), End: time.Unix(1700090000, 0), Tags: map[string]string{"team": "ml"}})
+	s.AddCapacityReservation(CapacityReservation{ID: "cr-3", InstanceType: "trn1.32xlarge", AvailabilityZone: "us-west-2a", Total: 2, State: "scheduled", Start: time.Unix(1700100000, 0)})
+	lt := run + "&ImageId=ami-1&InstanceType=trn1.32xlarge&SubnetId=subnet-a"
+	for _, q := range []string{
+		"Action=DescribeCapacityReservations",
+		"Action=DescribeCapacityReservations&CapacityReservationId.1=cr-3&CapacityReservationId.2=cr-1",
+		"Action=DescribeCapacityReservations&CapacityReservationId.1=cr-9",
+		"Action=DescribeCapacityReservations&Filter.1.Name=tag:team&Filter.1.Value.1=ml&Filter.2.Name=state&Filter.2.Value.1=active",
+		"Action=DescribeCapacityReservations&Filter.1.Name=bogus&Filter.1.Value.1=x",
+		"Action=DescribeCapacityReservations&MaxResults=2",
+		"Action=DescribeCapacityReservations&MaxResults=2&NextToken=ZmFrZWVjMjoxOQ",
+		"Action=DescribeCapacityReservations&MaxResults=0",
+		"Action=DescribeCapacityBlocks&CapacityBlockId.1=cb-1",
+		"Action=DescribeCapacityBlocks&CapacityBlockId.1=cb-9",
+		"Action=DescribeSubnets&SubnetId.1=subnet-b",
+		"Action=DescribeSubnets",
+		"Action=DescribeSubnets&SubnetId.1=subnet-z",
+		lt + "&CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-9",
+		lt + "&CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-1&CapacityReservationSpecification.CapacityReservationPreference=open",
+		lt + "&CapacityReservationSpecification.CapacityReservationTarget.Foo=x",
+		lt + "&CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-3",
+		lt + "&CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-1&InstanceMarketOptions.MarketType=capacity-block",
+		lt + "&InstanceMarketOptions.MarketType=capacity-block",
+		lt + "&InstanceMarketOptions.MarketType=bogus",
+		run + "&ImageId=ami-1&InstanceType=m5.large&SubnetId=subnet-a&CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-1",
+		run + "&ImageId=ami-1&InstanceType=trn1.32xlarge&SubnetId=subnet-b&CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-1",
+		lt + "&CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-1&CapacityReservationSpecification.CapacityReservationPreference=capacity-reservations-only&ClientToken=res1",
+		lt + "&CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-1&CapacityReservationSpecification.CapacityReservationPreference=capacity-reservations-only&ClientToken=res1",
+		lt + "&CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-1&ClientToken=res2",
+		"Action=DescribeCapacityReservations&CapacityReservationId.1=cr-1",
+		run + "&ImageId=ami-1&InstanceType=trn2u.48xlarge&SubnetId=subnet-b&CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-2",
+		"Action=RunInstances&MinCount=4&MaxCount=4&ImageId=ami-1&InstanceType=trn2u.48xlarge&SubnetId=subnet-b&CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-2&InstanceMarketOptions.MarketType=capacity-block",
+		"Action=DescribeInstances&Filter.1.Name=instance-type&Filter.1.Value.1=trn*",
+		"Action=TerminateInstances&InstanceId.1=i-00000000000000018",
+		"Action=DescribeCapacityReservations&CapacityReservationId.1=cr-1",
+	} {
+		do(q)
+	}
 	const golden = "testdata/wire.golden"
 	if *update {
 		if err := os.MkdirAll("testdata", 0o755); err != nil {

@@ -1,6 +1,9 @@
 package fakeec2
 
-import "encoding/xml"
+import (
+	"encoding/xml"
+	"time"
+)
 
 // The response documents, named as the EC2 API (2016-11-15) names them and as the
 // aws-sdk-go-v2 deserializers read them: a <XResponse> root in the EC2 namespace without a
@@ -35,32 +38,35 @@ type xmlStateReason struct {
 type xmlSet struct{}
 
 type xmlInstance struct {
-	InstanceID         string          `xml:"instanceId"`
-	ImageID            string          `xml:"imageId"`
-	State              xmlState        `xml:"instanceState"`
-	PrivateDNSName     string          `xml:"privateDnsName"`
-	DNSName            string          `xml:"dnsName"`
-	Reason             string          `xml:"reason"`
-	AmiLaunchIndex     int             `xml:"amiLaunchIndex"`
-	ProductCodes       xmlSet          `xml:"productCodes"`
-	InstanceType       string          `xml:"instanceType"`
-	LaunchTime         string          `xml:"launchTime"`
-	Placement          xmlPlacement    `xml:"placement"`
-	Monitoring         xmlMonitoring   `xml:"monitoring"`
-	SubnetID           string          `xml:"subnetId"`
-	VpcID              string          `xml:"vpcId"`
-	PrivateIPAddress   string          `xml:"privateIpAddress"`
-	SourceDestCheck    bool            `xml:"sourceDestCheck"`
-	GroupSet           xmlSet          `xml:"groupSet"`
-	StateReason        *xmlStateReason `xml:"stateReason,omitempty"`
-	Architecture       string          `xml:"architecture"`
-	RootDeviceType     string          `xml:"rootDeviceType"`
-	RootDeviceName     string          `xml:"rootDeviceName"`
-	VirtualizationType string          `xml:"virtualizationType"`
-	ClientToken        string          `xml:"clientToken"`
-	Tags               []xmlTag        `xml:"tagSet>item,omitempty"`
-	Hypervisor         string          `xml:"hypervisor"`
-	EbsOptimized       bool            `xml:"ebsOptimized"`
+	InstanceID            string          `xml:"instanceId"`
+	ImageID               string          `xml:"imageId"`
+	State                 xmlState        `xml:"instanceState"`
+	PrivateDNSName        string          `xml:"privateDnsName"`
+	DNSName               string          `xml:"dnsName"`
+	Reason                string          `xml:"reason"`
+	AmiLaunchIndex        int             `xml:"amiLaunchIndex"`
+	ProductCodes          xmlSet          `xml:"productCodes"`
+	InstanceType          string          `xml:"instanceType"`
+	LaunchTime            string          `xml:"launchTime"`
+	Placement             xmlPlacement    `xml:"placement"`
+	Monitoring            xmlMonitoring   `xml:"monitoring"`
+	SubnetID              string          `xml:"subnetId"`
+	VpcID                 string          `xml:"vpcId"`
+	PrivateIPAddress      string          `xml:"privateIpAddress"`
+	SourceDestCheck       bool            `xml:"sourceDestCheck"`
+	GroupSet              xmlSet          `xml:"groupSet"`
+	StateReason           *xmlStateReason `xml:"stateReason,omitempty"`
+	Architecture          string          `xml:"architecture"`
+	RootDeviceType        string          `xml:"rootDeviceType"`
+	RootDeviceName        string          `xml:"rootDeviceName"`
+	VirtualizationType    string          `xml:"virtualizationType"`
+	ClientToken           string          `xml:"clientToken"`
+	Tags                  []xmlTag        `xml:"tagSet>item,omitempty"`
+	Hypervisor            string          `xml:"hypervisor"`
+	EbsOptimized          bool            `xml:"ebsOptimized"`
+	InstanceLifecycle     string          `xml:"instanceLifecycle,omitempty"`
+	CapacityReservationID string          `xml:"capacityReservationId,omitempty"`
+	CapacityBlockID       string          `xml:"capacityBlockId,omitempty"`
 }
 
 type xmlReservation struct {
@@ -173,6 +179,10 @@ func (in *instance) xml() xmlInstance {
 		x.StateReason = &xmlStateReason{Code: "Client.UserInitiatedShutdown", Message: "Client.UserInitiatedShutdown: User initiated shutdown"}
 		x.Reason = "User initiated (" + in.terminatedAt.UTC().Format("2006-01-02 15:04:05 MST") + ")"
 	}
+	x.CapacityReservationID, x.CapacityBlockID = in.CapacityReservationID, in.CapacityBlockID
+	if in.CapacityBlock {
+		x.InstanceLifecycle = "capacity-block"
+	}
 	for _, k := range sortedKeys(in.Tags) {
 		x.Tags = append(x.Tags, xmlTag{Key: k, Value: in.Tags[k]})
 	}
@@ -190,4 +200,86 @@ func reservations(ins []*instance) []xmlReservation {
 		r.Instances = append(r.Instances, in.xml())
 	}
 	return out
+}
+
+type xmlCapacityReservation struct {
+	ID                     string   `xml:"capacityReservationId"`
+	OwnerID                string   `xml:"ownerId"`
+	InstanceType           string   `xml:"instanceType"`
+	InstancePlatform       string   `xml:"instancePlatform"`
+	AvailabilityZone       string   `xml:"availabilityZone"`
+	Tenancy                string   `xml:"tenancy"`
+	TotalInstanceCount     int      `xml:"totalInstanceCount"`
+	AvailableInstanceCount int      `xml:"availableInstanceCount"`
+	State                  string   `xml:"state"`
+	StartDate              string   `xml:"startDate,omitempty"`
+	EndDate                string   `xml:"endDate,omitempty"`
+	EndDateType            string   `xml:"endDateType"`
+	InstanceMatchCriteria  string   `xml:"instanceMatchCriteria"`
+	ReservationType        string   `xml:"reservationType"`
+	CapacityBlockID        string   `xml:"capacityBlockId,omitempty"`
+	Tags                   []xmlTag `xml:"tagSet>item,omitempty"`
+}
+
+type describeCapacityReservationsResponse struct {
+	XMLName      xml.Name                 `xml:"DescribeCapacityReservationsResponse"`
+	Xmlns        string                   `xml:"xmlns,attr"`
+	RequestID    string                   `xml:"requestId"`
+	Reservations []xmlCapacityReservation `xml:"capacityReservationSet>item"`
+	NextToken    string                   `xml:"nextToken,omitempty"`
+}
+
+type xmlCapacityBlock struct {
+	ID               string   `xml:"capacityBlockId"`
+	UltraServerType  string   `xml:"ultraserverType,omitempty"`
+	AvailabilityZone string   `xml:"availabilityZone"`
+	ReservationIDs   []string `xml:"capacityReservationIdSet>item"`
+	StartDate        string   `xml:"startDate,omitempty"`
+	EndDate          string   `xml:"endDate,omitempty"`
+	State            string   `xml:"state"`
+}
+
+type describeCapacityBlocksResponse struct {
+	XMLName   xml.Name           `xml:"DescribeCapacityBlocksResponse"`
+	Xmlns     string             `xml:"xmlns,attr"`
+	RequestID string             `xml:"requestId"`
+	Blocks    []xmlCapacityBlock `xml:"capacityBlockSet>item"`
+}
+
+type xmlSubnet struct {
+	ID               string `xml:"subnetId"`
+	AvailabilityZone string `xml:"availabilityZone"`
+	VpcID            string `xml:"vpcId"`
+	State            string `xml:"state"`
+	OwnerID          string `xml:"ownerId"`
+}
+
+type describeSubnetsResponse struct {
+	XMLName   xml.Name    `xml:"DescribeSubnetsResponse"`
+	Xmlns     string      `xml:"xmlns,attr"`
+	RequestID string      `xml:"requestId"`
+	Subnets   []xmlSubnet `xml:"subnetSet>item"`
+}
+
+func timestamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func (r *CapacityReservation) xml() xmlCapacityReservation {
+	x := xmlCapacityReservation{
+		ID: r.ID, OwnerID: OwnerID, InstanceType: r.InstanceType, InstancePlatform: "Linux/UNIX",
+		AvailabilityZone: r.AvailabilityZone, Tenancy: "default", TotalInstanceCount: r.Total,
+		AvailableInstanceCount: r.Available, State: r.State, StartDate: timestamp(r.Start), EndDate: timestamp(r.End),
+		EndDateType: "unlimited", InstanceMatchCriteria: "targeted", ReservationType: reservationType(r), CapacityBlockID: r.CapacityBlockID,
+	}
+	if !r.End.IsZero() {
+		x.EndDateType = "limited"
+	}
+	for _, k := range sortedKeys(r.Tags) {
+		x.Tags = append(x.Tags, xmlTag{Key: k, Value: r.Tags[k]})
+	}
+	return x
 }
