@@ -147,7 +147,7 @@ func (p *planner) mayMerge(a, b *node, bound float64) bool {
 func (r *run) merge() bool {
 	p := r.p
 	lim := r.limitState()
-	for _, ab := range r.candidatePairs() {
+	for _, ab := range r.mergePairs() {
 		a, b := ab[0], ab[1]
 		na, nb := r.nodes[a], r.nodes[b]
 		if na.launching || nb.launching || na.mode != nb.mode {
@@ -223,53 +223,39 @@ func (r *run) downsize() bool {
 	return false
 }
 
-// candidatePairs returns the pairs of new nodes merge tries, in the run's order: mergePairs
-// without reservations, else every pair.
-func (r *run) candidatePairs() [][2]int {
-	if r.p.rv == nil {
-		return r.mergePairs()
-	}
-	// A node in a reservation costs nothing, and a pair may merge into a reservation's type
-	// (mayReserve): the list prices mergePairs prunes by do not hold, so every pair is tried.
-	var out [][2]int
-	for a := range r.nodes {
-		for b := a + 1; b < len(r.nodes); b++ {
-			out = append(out, [2]int{a, b})
-		}
-	}
-	return out
-}
-
 // mergePairs returns, in the run's order, the pairs of new nodes (positions a < b) that merge
-// may join: of one mode, and priced with a type that mayMerge accepts, or of one unknown-price
-// type with cores enough for both. A run of thousands of full nodes has few such pairs: they are
-// found through the nodes of each mode and type sorted by the cores they take on each type
-// (their need), not by trying every pair.
+// may join: of one mode, and priced (run.priced) with a type that mayMerge accepts below the sum
+// of their prices to the run (run.price: $0 in a reservation) or a reservation that mayReserve
+// accepts, or of one unknown-price type with cores enough for both. A run of thousands of full
+// nodes has few such pairs: they are found through the nodes of each mode, type and reservation
+// sorted by the cores they take on each type (their need), not by trying every pair.
 func (r *run) mergePairs() [][2]int {
 	p := r.p
 	type group struct {
 		mode string
 		ti   int
+		res  int // node.res: a group's nodes are priced, and cost the run, alike
 	}
 	var groups []group
-	members := map[group][]int{} // positions of the new nodes of each mode and type
+	members := map[group][]int{} // positions of the new nodes of each group
 	for k, n := range r.nodes {
 		if n.launching {
 			continue
 		}
-		g := group{n.mode, n.ti}
+		g := group{n.mode, n.ti, n.res}
 		if _, ok := members[g]; !ok {
 			groups = append(groups, g)
 		}
 		members[g] = append(members[g], k)
 	}
 	type byNeed struct {
-		g  group
-		ti int
+		g      group
+		ti     int
+		priced bool
 	}
 	sorted := map[byNeed][]int{} // a group's nodes that allow ti (any, for unknown prices), by need on ti
 	list := func(g group, ti int, priced bool) []int {
-		key := byNeed{g, ti}
+		key := byNeed{g, ti, priced}
 		if l, ok := sorted[key]; ok {
 			return l
 		}
@@ -302,23 +288,49 @@ func (r *run) mergePairs() [][2]int {
 			}
 		}
 	}
+	// priced and price are run.priced and run.price of a group's nodes.
+	priced := func(g group) bool { return g.res > 0 || p.byPrice[g.ti].PriceKnown() }
+	price := func(g group) float64 {
+		if g.res > 0 || !p.byPrice[g.ti].PriceKnown() {
+			return 0
+		}
+		return *p.byPrice[g.ti].PriceUSDPerHour
+	}
+	done := newTypeSet(len(p.byPrice)) // the types whose pairs of two groups are added
 	for x, ga := range groups {
 		for _, gb := range groups[x:] {
 			if ga.mode != gb.mode {
 				continue
 			}
-			ta, tb := p.byPrice[ga.ti], p.byPrice[gb.ti]
-			if !ta.PriceKnown() || !tb.PriceKnown() {
-				if ga == gb {
+			if !priced(ga) || !priced(gb) {
+				if ga.ti == gb.ti {
 					pairs(list(ga, ga.ti, false), list(gb, gb.ti, false), ga.ti)
 				}
 				continue
 			}
-			bound := *ta.PriceUSDPerHour + *tb.PriceUSDPerHour
-			for ti, t := range p.byPrice {
+			bound := price(ga) + price(gb)
+			clear(done)
+			for ti, t := range p.byPrice { // mayMerge
 				if !t.PriceKnown() || *t.PriceUSDPerHour >= bound-1e-9 {
 					break
 				}
+				done.add(ti)
+				pairs(list(ga, ti, true), list(gb, ti, true), ti)
+			}
+			if p.rv == nil || bound <= 1e-9 && (ga.res == 0 || gb.res == 0) {
+				continue
+			}
+			for k, ti := range p.rv.ti { // mayReserve: room, counting the slots the two give back
+				freed := 0
+				for _, g := range [2]group{ga, gb} {
+					if g.res == k+1 {
+						freed++
+					}
+				}
+				if done.has(ti) || r.room(k)+freed <= 0 {
+					continue
+				}
+				done.add(ti)
 				pairs(list(ga, ti, true), list(gb, ti, true), ti)
 			}
 		}

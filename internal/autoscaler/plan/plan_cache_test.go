@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kube-neuron/kube-neuron/internal/labels"
@@ -430,44 +431,124 @@ func TestPlanMergeAndDownsize(t *testing.T) {
 }
 
 // TestPlanMergePairs checks that merge's pairs, found through the nodes sorted by need, are
-// exactly the pairs of every run's nodes that pass merge's own filters (mode, mayMerge, and for
-// unknown prices the common type with cores enough), in the run's order: on the runs without
-// packing (a node per pod, many pairs that may merge) and with it.
+// exactly the pairs of the run's nodes that pass merge's own filters (wantMergePairs), in the
+// run's order: on runs without packing (a node per pod, many pairs that may merge) and with it,
+// without reservations and with them, where a node in a reservation costs nothing and a pair
+// may merge into a reservation's type; with reservations also before every merge of the
+// improvement steps, as the reservations fill and free up.
 func TestPlanMergePairs(t *testing.T) {
 	types := topology.DefaultCatalog().Types()
-	total := 0
-	for seed := range uint64(30) {
+	var general []topology.InstanceType // the types the general search launches into reservations
+	for _, ty := range types {
+		if ty.UltraServerNodes == 0 {
+			general = append(general, ty)
+		}
+	}
+	total, reserved, withRoom, full := 0, 0, 0, 0
+	check := func(t *testing.T, what string, ru *run) {
+		t.Helper()
+		want := wantMergePairs(ru)
+		if got := ru.mergePairs(); !slices.Equal(got, want) {
+			t.Fatalf("%s: %d nodes, mergePairs found %d pairs, want %d:\n got %v\nwant %v", what, len(ru.nodes), len(got), len(want), got, want)
+		}
+		total += len(want)
+		if ru.p.rv == nil {
+			return
+		}
+		for _, ab := range want {
+			if ru.nodes[ab[0]].res > 0 || ru.nodes[ab[1]].res > 0 {
+				reserved++
+			}
+		}
+		for k := range ru.p.rv.list {
+			if ru.room(k) > 0 {
+				withRoom++
+			} else {
+				full++
+			}
+		}
+	}
+	for seed := range uint64(60) {
 		r := rand.New(rand.NewPCG(seed, 11))
 		var pending []PodDemand
 		for i := range 20 + r.IntN(200) {
 			pending = append(pending, randomDemand(r, fmt.Sprintf("p%d", i), types))
 		}
-		p := newPlanner(pending, nil, Options{Catalog: topology.DefaultCatalog()})
-		for _, pack := range []bool{false, true} {
-			ru := p.run(pack)
-			var want [][2]int
-			for a, na := range ru.nodes {
-				for b := a + 1; b < len(ru.nodes); b++ {
-					nb := ru.nodes[b]
-					if na.launching || nb.launching || na.mode != nb.mode {
-						continue
-					}
-					if na.t.PriceKnown() && nb.t.PriceKnown() {
-						if p.mayMerge(na, nb, *na.t.PriceUSDPerHour+*nb.t.PriceUSDPerHour) {
-							want = append(want, [2]int{a, b})
-						}
-					} else if na.t.Name == nb.t.Name && na.need[na.ti]+nb.need[na.ti] <= p.cores[na.ti] {
-						want = append(want, [2]int{a, b})
+		opts := Options{Catalog: topology.DefaultCatalog()}
+		if seed%2 == 1 { // reservations, of one type now and then, from empty to more than the run takes
+			for k := range 1 + r.IntN(3) {
+				ty := general[r.IntN(len(general))]
+				if k > 0 && r.IntN(4) == 0 {
+					ty = general[slices.IndexFunc(general, func(t topology.InstanceType) bool { return t.Name == opts.Reservations[0].InstanceType })]
+				}
+				available := r.IntN(30)
+				if r.IntN(2) == 0 {
+					available = r.IntN(4)
+				}
+				opts.Reservations = append(opts.Reservations, Reservation{ID: fmt.Sprintf("cr-%d", k), InstanceType: ty.Name, Available: available})
+			}
+			opts.ReservedOnly = r.IntN(4) == 0
+			if r.IntN(2) == 0 {
+				withCapacitySelector(r, pending, opts.Reservations)
+			}
+			if r.IntN(2) == 0 { // other prices, $0 among them: a node on demand and one reserved cost nothing
+				var prices strings.Builder
+				for _, ty := range types {
+					if k := r.IntN(3); k < 2 {
+						fmt.Fprintf(&prices, "- {name: %s, priceUSDPerHour: %.3f}\n", ty.Name, float64(k*ty.Devices)*(0.2+r.Float64()))
 					}
 				}
+				c, err := opts.Catalog.Apply([]byte("apiVersion: kube-neuron.io/v1\nkind: InstanceCatalog\ninstanceTypes:\n" + prices.String()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts.Catalog = c
 			}
-			if got := ru.mergePairs(); !slices.Equal(got, want) {
-				t.Fatalf("seed %d, pack %v: %d nodes, mergePairs found %d pairs, want %d:\n got %v\nwant %v", seed, pack, len(ru.nodes), len(got), len(want), got, want)
+		}
+		p := newPlanner(pending, nil, opts)
+		for _, pack := range []bool{false, true} {
+			what := fmt.Sprintf("seed %d, pack %v, reservations %v", seed, pack, opts.Reservations)
+			ru := p.run(pack)
+			check(t, what, ru)
+			if !pack && p.rv != nil {
+				steps := 0
+				merge := func() bool {
+					check(t, fmt.Sprintf("%s, improvement step %d", what, steps), ru)
+					steps++
+					return ru.merge()
+				}
+				for ru.evacuate() || merge() || ru.downsize() || ru.swap() {
+				}
 			}
-			total += len(want)
 		}
 	}
-	if total < 1000 {
-		t.Fatalf("the runs had %d pairs that may merge: too few to check mergePairs against", total)
+	if total < 1000 || reserved < 1000 || withRoom < 50 || full < 50 {
+		t.Fatalf("the runs had %d pairs that may merge, %d with a reserved node, and reservations with room %d times, full %d: too few to check mergePairs against",
+			total, reserved, withRoom, full)
 	}
+}
+
+// wantMergePairs are the pairs of the run's nodes (positions a < b) that pass merge's filters
+// before its memo of failed merges, tried on every pair: both new, of one mode, and priced with
+// a type mayMerge accepts or a reservation mayReserve accepts below their prices to the run, or
+// of one unknown-price type with cores enough for both.
+func wantMergePairs(ru *run) [][2]int {
+	p := ru.p
+	var want [][2]int
+	for a, na := range ru.nodes {
+		for b := a + 1; b < len(ru.nodes); b++ {
+			nb := ru.nodes[b]
+			if na.launching || nb.launching || na.mode != nb.mode {
+				continue
+			}
+			if ru.priced(na) && ru.priced(nb) {
+				if bound := ru.price(na) + ru.price(nb); p.mayMerge(na, nb, bound) || ru.mayReserve(na, nb, bound) {
+					want = append(want, [2]int{a, b})
+				}
+			} else if na.t.Name == nb.t.Name && na.need[na.ti]+nb.need[na.ti] <= p.cores[na.ti] {
+				want = append(want, [2]int{a, b})
+			}
+		}
+	}
+	return want
 }
