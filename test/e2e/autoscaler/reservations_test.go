@@ -167,15 +167,20 @@ func TestReservations(t *testing.T) {
 		waitEvent(t, ctx, ns, first.Name, autoscaler.ReasonCapacityBlockEnding, "")
 		var second *corev1.Pod
 		framework.WaitFor(t, ctx, 90*time.Second, "the Deployment's pod to run again, off the ending block", func(ctx context.Context) (bool, string, error) {
-			for _, p := range deploymentPods(t, ctx, ns) {
+			pods := deploymentPods(t, ctx, ns)
+			for _, p := range pods {
 				if p.Name == first.Name {
 					return false, fmt.Sprintf("pod %s still there (phase %s, deleting %t)", p.Name, p.Status.Phase, p.DeletionTimestamp != nil), nil
 				}
-				if p.Status.Phase == corev1.PodRunning {
-					second = &p
+			}
+			for i := range pods {
+				if pods[i].Status.Phase == corev1.PodRunning {
+					second = &pods[i]
 					return true, "", nil
 				}
-				return false, framework.DescribePod(ctx, &p), nil
+			}
+			if len(pods) > 0 {
+				return false, framework.DescribePod(ctx, &pods[0]), nil
 			}
 			return false, "no pod", nil
 		})
