@@ -14,7 +14,7 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
-// draMix are the claim specs BenchmarkPlanDRA draws pods from, each as likely as the others: the
+// draMix are the claim specs the dra stream of BenchmarkPlan draws pods from, each as likely as the others: the
 // seeds' templates (connected-device constraints, whole trn2 nodes, one device, all devices with
 // an opaque LNC config), plain count claims that select other types, a firstAvailable claim,
 // and a claim no type can serve (more devices than a trn1.32xlarge has).
