@@ -150,7 +150,7 @@ type master struct {
 	types  []boundType
 	groups []boundGroup
 	modes  []string
-	cols   []column  // the columns in the basis, one per group row
+	cols   []column    // the columns in the basis, one per group row
 	inv    [][]float64 // the basis inverse
 	x      []float64   // the basic columns' values
 	pool   []column    // configurations generated so far

@@ -3,9 +3,9 @@ package plan
 import (
 	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
-	"math/rand/v2"
 	"testing"
 
 	resourcev1 "k8s.io/api/resource/v1"
