@@ -77,6 +77,7 @@ type setSearch struct {
 	shapes   []*topology.Shape
 	prices   []fleetCost
 	policy   topology.Policy
+	typesOf  []int       // per pod: the sets it is the lowest pod of are tried on shapes[:typesOf]
 	class    []int       // per pod: pods of one class are alike to every type
 	members  []uint64    // per class: its pods
 	sets     [][]nodeSet // by lowest pod
@@ -125,13 +126,41 @@ func newSetSearch(pods []PodDemand, shapes []*topology.Shape, prices []fleetCost
 			keys[demandKey(d, types)] = len(keys)
 		}
 	}
-	slices.SortStableFunc(pods, func(a, b PodDemand) int {
-		return cmp.Or(cmp.Compare(size(b), size(a)), cmp.Compare(keys[demandKey(a, types)], keys[demandKey(b, types)]))
+	// Pods that only a type without a price takes come first: a node of such a type is worth
+	// listing only with one of them on it (else one priced node per pod has fewer unknown-price
+	// nodes), so the sets of the other pods are tried on priced types only.
+	pricedShapes := 0
+	for pricedShapes < len(shapes) && prices[pricedShapes].unknown == 0 {
+		pricedShapes++
+	}
+	needsUnknown := map[*PodDemand]bool{}
+	for i := range pods {
+		needsUnknown[&pods[i]] = !slices.ContainsFunc(shapes[:pricedShapes], func(sh *topology.Shape) bool { return fitsTogether(pods[i:i+1], 1, sh, policy) })
+	}
+	rank := make([]int, len(pods))
+	for i := range pods {
+		rank[i] = i
+	}
+	slices.SortStableFunc(rank, func(x, y int) int {
+		a, b := pods[x], pods[y]
+		return cmp.Or(-cmp.Compare(btoi(needsUnknown[&pods[x]]), btoi(needsUnknown[&pods[y]])),
+			cmp.Compare(size(b), size(a)), cmp.Compare(keys[demandKey(a, types)], keys[demandKey(b, types)]))
 	})
+	sorted := make([]PodDemand, len(pods))
+	s0 := make([]bool, len(pods))
+	for k, i := range rank {
+		sorted[k], s0[k] = pods[i], needsUnknown[&pods[i]]
+	}
+	pods = sorted
 	s := &setSearch{pods: pods, shapes: shapes, prices: prices, policy: policy, work: work,
 		exact: map[uint64]fleetCost{}, atLeast: map[uint64]fleetCost{}, sets: make([][]nodeSet, len(pods)),
 		members: make([]uint64, len(keys))}
+	s.typesOf = make([]int, len(pods))
 	for i, d := range pods {
+		s.typesOf[i] = len(shapes)
+		if !s0[i] {
+			s.typesOf[i] = pricedShapes
+		}
 		c := keys[demandKey(d, types)]
 		s.class = append(s.class, c)
 		s.members[c] |= 1 << i
@@ -154,12 +183,12 @@ func (s *setSearch) grow(low int, set uint64, from, last int) {
 		return
 	}
 	k := from
-	for ; k < len(s.shapes); k++ {
+	for ; k < s.typesOf[low]; k++ {
 		if fitsTogether(s.pods, int(set), s.shapes[k], s.policy) {
 			break
 		}
 	}
-	if k == len(s.shapes) {
+	if k == s.typesOf[low] {
 		return
 	}
 	s.sets[low] = append(s.sets[low], nodeSet{set, s.prices[k]})
@@ -352,4 +381,11 @@ func (s *setSearch) solve(left uint64, budget fleetCost) fleetCost {
 	}
 	s.atLeast[left] = budget
 	return budget
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

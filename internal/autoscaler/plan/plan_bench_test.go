@@ -100,7 +100,7 @@ type benchRow struct {
 // the exact search on each (steps: sets listed plus search nodes).
 const (
 	exactSeeds = 5
-	exactWork  = 40_000
+	exactWork  = 400_000
 )
 
 // BenchmarkPlan plans batches of pending pods with nothing launching and reports planning speed
