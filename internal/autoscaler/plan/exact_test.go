@@ -15,12 +15,13 @@ import (
 //
 // It lists every set of pods one node of some type takes (a set is tried only when it is a
 // smaller set plus one pod and the smaller set fits: a pod taken away never stops the others
-// fitting), with the cheapest type that takes it. Then it branches on the node of the first pod
-// left (pods only an unknown-price type takes first, then biggest first), memoised on the pods left, and prunes with a lower bound: the
-// optimal duals of the linear program that covers the pods with these sets, scaled to be feasible,
-// so that any set of pods left costs at least the sum of their duals. UltraServer pods (no other
-// type serves them) are packed onto UltraServer nodes the same way, fewest nodes first, and pay
-// for whole UltraServers.
+// fitting; pods of one demand are alike, so a set takes the first ones of each), with the
+// cheapest type that takes it. Then it branches on the node of the first pod left (pods only an
+// unknown-price type takes first, then biggest first), memoised on the pods left, and prunes
+// with a lower bound: the optimal duals of the linear program that covers the pods with these
+// sets, scaled to be feasible, so that any set of pods left costs at least the sum of their
+// duals. UltraServer pods (no other type serves them) are packed onto UltraServer nodes the same
+// way, fewest nodes first, and pay for whole UltraServers.
 //
 // work bounds the search's steps; exact is false when it ran out and cost is then the cheapest
 // fleet found, not known to be the optimum.
