@@ -482,33 +482,6 @@ func TestPlanPacksWhereCheaper(t *testing.T) {
 	}
 }
 
-// BenchmarkPlan plans a batch of random pending pods (device, core and DRA requests, selectors
-// and affinities on types and families) with nothing launching, and reports planning speed
-// (pods/s; Karpenter's published simulation runs at roughly 700 to 1,300 pods/s) and the cost
-// of the chosen new nodes against lowerBound for the pods they take (cost/lower-bound; 1 would
-// be a perfect fractional packing on the cheapest allowed types).
-func BenchmarkPlan(b *testing.B) {
-	for _, n := range []int{100, 1000, 10000} {
-		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
-			r := rand.New(rand.NewPCG(1, 2))
-			types := topology.DefaultCatalog().Types()
-			var pending []PodDemand
-			for i := range n {
-				pending = append(pending, randomDemand(r, fmt.Sprintf("p%d", i), types))
-			}
-			opts := Options{Catalog: topology.DefaultCatalog()}
-			var plan ScaleUp
-			for b.Loop() {
-				plan, _ = Plan(pending, nil, opts)
-			}
-			b.ReportMetric(float64(len(pending))*float64(b.N)/b.Elapsed().Seconds(), "pods/s")
-			if lb := lowerBound(plan, pending, types); lb > 0 {
-				b.ReportMetric(plan.CostUSDPerHour/lb, "cost/lower-bound")
-			}
-		})
-	}
-}
-
 // lowerBound is a lower bound of what the pods the plan puts on new, priced nodes must cost: each
 // pod pays for the share of a node its devices are (cores as whole devices' worth, a DRA "all"
 // request a whole node, a request with alternatives one device) on the cheapest priced type it allows. No plan can cost less: a node's
