@@ -76,13 +76,21 @@ func (c *Controller) launching(ctx context.Context, insts []Instance, nodes map[
 	return out, planned
 }
 
-// offered returns the pending pods among those planned onto a launching node that the planner
-// is to count on it: not those a later plan moved to another node.
+// offered returns the pending pods the planner is to count on a launching node: those whose
+// claims the scheduler allocated there, wherever a plan put them (it binds them there), and
+// those planned onto it, but not those a later plan moved to another node or whose claims are
+// allocated on another node.
 func (c *Controller) offered(node string, pods []string, pending map[string]plan.PodDemand, listed map[string]bool) []plan.PodDemand {
 	var out []plan.PodDemand
 	for _, k := range pods {
 		d, ok := pending[k]
 		if !ok {
+			continue
+		}
+		if on := allocatedOn(d); on != "" {
+			if on == node {
+				out = append(out, d)
+			}
 			continue
 		}
 		at, moved := c.placedLast[k]
@@ -98,7 +106,32 @@ func (c *Controller) offered(node string, pods []string, pending map[string]plan
 		}
 		out = append(out, d)
 	}
+	var here []string // allocated on the node, planned elsewhere
+	for k, d := range pending {
+		if allocatedOn(d) == node && !slices.Contains(pods, k) {
+			here = append(here, k)
+		}
+	}
+	slices.Sort(here)
+	for _, k := range here {
+		out = append(out, pending[k])
+	}
 	return out
+}
+
+// allocatedOn is the node on which the scheduler allocated the pod's Neuron claims: the pool of
+// their devices, which the DRA driver names after its node; "" when none is allocated.
+func allocatedOn(d plan.PodDemand) string {
+	for _, c := range d.Claims {
+		if a := c.Status.Allocation; a != nil {
+			for _, r := range a.Devices.Results {
+				if r.Driver == plan.DeviceClass && r.Pool != "" {
+					return r.Pool
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // bound returns the Neuron pods that run on a launching node (nil: no Node yet).

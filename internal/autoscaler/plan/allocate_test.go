@@ -389,3 +389,44 @@ func TestSelectorsMatchingAll(t *testing.T) {
 		t.Errorf("inf2.xlarge: selectors %v, want %v", got, sel)
 	}
 }
+
+// TestPlanLaunchingAllocatedFirst: on a launching node the kube-scheduler has allocated the claim
+// of one of its planned pods (pod-1x4-connected: neurondevice0-3, as the DRA driver names them)
+// and not yet the other's (pod-l-trn2: 8 devices of one devicegroup8_id). The allocated claim
+// holds its real devices before the planner simulates the others, so the 8-device pod gets
+// neurondevice8-15 beside it, as the scheduler will give it, and neither pod is planned again:
+// simulating the larger pod first put it on neurondevice0-7, the allocated claim then found its
+// devices taken, and the pod got a new node of its own while the scheduler bound it here.
+func TestPlanLaunchingAllocatedFirst(t *testing.T) {
+	const node = "neuron-trn2-48xlarge-2590ab225f"
+	connected := seedTemplate(t, "1x4-connected-neurons.yaml")
+	allocated := ClaimFromTemplate("default", "pod-1x4-connected", "neurons", connected)
+	allocated.Status.Allocation = testkit.MakeClaim().Name("x").Request("neurons", 4).
+		Device("neurons", node, "neurondevice0", "neurondevice1", "neurondevice2", "neurondevice3").Obj().Status.Allocation
+	p1x4 := claimPod("pod-1x4-connected", connected, allocated)
+	large := claimPod("pod-l-trn2", seedTemplate(t, "l-trn2.yaml"))
+	for _, tc := range []struct {
+		name      string
+		launching NodeOption
+		pending   []PodDemand
+	}{
+		{"both pending", NodeOption{Pods: []PodDemand{p1x4, large}}, []PodDemand{p1x4, large}},
+		{"both pending, the larger listed first", NodeOption{Pods: []PodDemand{large, p1x4}}, []PodDemand{large, p1x4}},
+		// The pod informer has the large pod bound, the claim informer not its allocation yet.
+		{"the larger bound, its claim not seen allocated", NodeOption{Pods: []PodDemand{p1x4}, Bound: []PodDemand{large}}, []PodDemand{p1x4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lo := tc.launching
+			lo.Name, lo.InstanceType, lo.Mode = node, "trn2.48xlarge", "dra"
+			up, decisions := Plan(tc.pending, []NodeOption{lo}, Options{})
+			if got := nodeSummary(up); got != "" {
+				t.Errorf("new nodes %s, want none", got)
+			}
+			for _, d := range decisions {
+				if d.Warning() || !d.Launching || (d.Node >= 0 && up.Nodes[d.Node].Name != node) {
+					t.Errorf("%s: node %d, %q; want the launching node", d.Pod, d.Node, d.Message)
+				}
+			}
+		})
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 
+	resourcev1 "k8s.io/api/resource/v1"
+
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
@@ -80,9 +82,9 @@ func (p *planner) run(pack bool) *run {
 	return r
 }
 
-// addLaunching adds a launching node to the run, with the pods on it (bound first) and those
-// earlier plans put on it that still fit; it counts against the limits even when it cannot take
-// pods.
+// addLaunching adds a launching node to the run, with the pods on it and those earlier plans put
+// on it that still fit (pods whose claims are allocated first, on their devices, then the bound
+// ones, then the planned ones); it counts against the limits even when it cannot take pods.
 func (r *run) addLaunching(lo NodeOption) {
 	p := r.p
 	r.launchN++
@@ -101,18 +103,46 @@ func (r *run) addLaunching(lo NodeOption) {
 	}
 	n := p.newNode(ti, mode)
 	n.name, n.launching = lo.Name, true
-	for _, d := range lo.Bound {
-		p.sim.place(n.u, d) // real: placed first (one that does not fit cannot be on it)
-	}
 	earlier := slices.Clone(lo.Pods)
 	sort.SliceStable(earlier, func(a, b int) bool { return weight(earlier[a]) > weight(earlier[b]) })
-	for _, d := range earlier {
+	placeEarlier := func(d PodDemand) {
 		if _, _, ok := p.sim.place(n.u, d); !ok {
 			delete(p.absorbed, d.id()) // its room was taken: plan it again
 		}
 	}
+	// The devices the scheduler allocated are real whether or not the pod is bound yet: they
+	// are taken first, and the allocator places the other pods around them as the scheduler
+	// will. A pod placed by the allocator first could take them in the simulation (8 devices
+	// of a group on the devices a 4-device claim holds) and push the allocated pod off the node
+	// it is bound to.
+	for _, d := range lo.Bound {
+		if holdsDevices(d) {
+			p.sim.place(n.u, d)
+		}
+	}
+	for _, d := range earlier {
+		if holdsDevices(d) {
+			placeEarlier(d)
+		}
+	}
+	for _, d := range lo.Bound {
+		if !holdsDevices(d) {
+			p.sim.place(n.u, d) // real: placed before the planned ones (one that does not fit cannot be on it)
+		}
+	}
+	for _, d := range earlier {
+		if !holdsDevices(d) {
+			placeEarlier(d)
+		}
+	}
 	p.refresh(n)
 	r.adopt(n)
+}
+
+// holdsDevices reports whether one of the pod's claims is allocated: it holds the devices the
+// allocation names.
+func holdsDevices(d PodDemand) bool {
+	return slices.ContainsFunc(d.Claims, func(c *resourcev1.ResourceClaim) bool { return c.Status.Allocation != nil })
 }
 
 // free reports whether pod i has no node yet.
