@@ -219,3 +219,21 @@ func TestPlanIdenticalPodsOptimal(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanRelocatesToDownsize: a batch whose optimum moves the largest pod of a node into free
+// room on another node so that the pods left fit a cheaper type (relocate). Without that move the
+// plan keeps an 8-device pod beside two small ones on an inf1.24xlarge while a trn1.32xlarge has
+// 8 devices free, at 1.09 times the optimum.
+func TestPlanRelocatesToDownsize(t *testing.T) {
+	pending, opts := benchBatch(20, 4)
+	plan, decisions := Plan(pending, nil, opts)
+	checkPlan(t, pending, nil, opts, plan, decisions)
+	got := planCost(plan, decisions)
+	opt, exact := exactCost(pending, opts, exactWork)
+	if !exact {
+		t.Fatalf("the exact search ran out of work (best found %+v)", opt)
+	}
+	if got.unplaced != opt.unplaced || got.unknown != opt.unknown || got.usd > 1.05*opt.usd {
+		t.Errorf("the plan %v costs %+v, more than 1.05 times the optimum %+v", newNodes(plan), got, opt)
+	}
+}
