@@ -21,7 +21,8 @@ import (
 // with a lower bound: the optimal duals of the linear program that covers the pods with these
 // sets, scaled to be feasible, so that any set of pods left costs at least the sum of their
 // duals. UltraServer pods (no other type serves them) are packed onto UltraServer nodes the same
-// way, fewest nodes first, and pay for whole UltraServers.
+// way, fewest nodes first, each mode's pods on UltraServers of their own (an UltraServer has one
+// allocation mode), and pay for whole UltraServers.
 //
 // work bounds the search's steps; exact is false when it ran out and cost is then the cheapest
 // fleet found, not known to be the optimum.
@@ -54,22 +55,29 @@ func exactCost(pending []PodDemand, opts Options, work int) (cost fleetCost, exa
 	if len(types) > 0 {
 		unitShape, _ = topology.NewShape(types[0], 0)
 	}
-	var served []PodDemand
+	// Each mode's pods fill UltraServers of their own: an UltraServer has one allocation mode.
+	var modes []string
+	served := map[string][]PodDemand{}
 	for i := range unitPods {
 		if unitShape != nil && fitsTogether(unitPods[i:i+1], 1, unitShape, policy) {
-			served = append(served, unitPods[i])
+			m := unitPods[i].Mode()
+			if _, ok := served[m]; !ok {
+				modes = append(modes, m)
+			}
+			served[m] = append(served[m], unitPods[i])
 		} else {
 			cost.unplaced++
 		}
 	}
-	if len(served) == 0 {
-		return cost, exact
+	for _, m := range modes {
+		uc := unitCost(types[0])
+		u := newSetSearch(served[m], []*topology.Shape{unitShape}, []fleetCost{{usd: 1}}, policy, work)
+		nodes, uexact := u.run()
+		units := (int(math.Round(nodes.usd)) + types[0].UltraServerNodes - 1) / types[0].UltraServerNodes
+		cost = cost.plus(fleetCost{unknown: uc.unknown * units, usd: uc.usd * float64(units)})
+		exact = exact && uexact
 	}
-	u := newSetSearch(served, []*topology.Shape{unitShape}, []fleetCost{{usd: 1}}, policy, work)
-	nodes, uexact := u.run()
-	units := (int(math.Round(nodes.usd)) + types[0].UltraServerNodes - 1) / types[0].UltraServerNodes
-	uc := unitCost(types[0])
-	return cost.plus(fleetCost{unknown: uc.unknown * units, usd: uc.usd * float64(units)}), exact && uexact
+	return cost, exact
 }
 
 // setSearch is the search over the pods of one kind (regular or UltraServer).

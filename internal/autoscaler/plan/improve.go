@@ -7,68 +7,77 @@ import (
 
 // evacuate removes one new node whose pods all fit on the other nodes.
 func (r *run) evacuate() bool {
-	p := r.p
 	shelves := r.shelves()
 	moved := map[int]*node{}
 	for k, n := range r.nodes {
 		if n.launching {
 			continue
 		}
-		// The pods go, one after the other, where they fit tightest (the first node in order
-		// among the tightest), tried on copies of the nodes they go on (moved) until all have
-		// found room: the run changes only if the node empties.
-		clear(moved)
-		target := make([]int, len(n.pods))
-		ok := true
-		for x, pl := range n.pods {
-			i := pl.pod
-			q := p.req[i]
-			best, bestScore := -1, math.Inf(-1)
-			for _, s := range shelves {
-				if s.mode != p.mode[i] || !p.allow[i].has(s.ti) || !(s.launching || p.famOK[s.ti]) || !p.capacityOK(i, s.ti, s.res, s.launching) {
-					continue
-				}
-				need := p.need[q][s.ti]
-				for _, j := range s.nodes {
-					o := r.nodes[j]
-					if o.free < need {
-						break // and so do the nodes after it; copies only have less room
-					}
-					if j == k {
-						continue
-					}
-					if c, ok := moved[j]; ok {
-						o = c
-					}
-					if f := p.fitOn(o, q); f.ok && (f.score > bestScore || f.score == bestScore && j < best) {
-						best, bestScore = j, f.score
-					}
-				}
-			}
-			if best < 0 {
-				ok = false
-				break
-			}
-			c, copied := moved[best]
-			if !copied {
-				c = p.copyNode(r.nodes[best])
-				moved[best] = c
-			}
-			p.add(c, i)
-			target[x] = best
-		}
+		target, ok := r.rehouse(k, podsOf(n), shelves, moved)
 		if !ok {
 			continue
 		}
-		for x, pl := range n.pods {
-			o := r.nodes[target[x]]
-			p.add(o, pl.pod) // as on its copy: the same placement on the same state
-			r.assign(pl.pod, o)
-		}
+		r.moveTo(podsOf(n), target)
 		r.remove(k)
 		return true
 	}
 	return false
+}
+
+// rehouse finds room for the pods (of the node at k) on the run's other nodes: the pods go, one
+// after the other, where they fit tightest (the first node in order among the tightest), tried on
+// copies of the nodes they go on (moved, cleared first) until all have found room. It returns
+// each pod's node (an index into r.nodes) and whether all found one; the run does not change.
+func (r *run) rehouse(k int, pods []int, shelves []*shelf, moved map[int]*node) ([]int, bool) {
+	p := r.p
+	clear(moved)
+	target := make([]int, len(pods))
+	for x, i := range pods {
+		q := p.req[i]
+		best, bestScore := -1, math.Inf(-1)
+		for _, s := range shelves {
+			if s.mode != p.mode[i] || !p.allow[i].has(s.ti) || !(s.launching || p.famOK[s.ti]) || !p.capacityOK(i, s.ti, s.res, s.launching) {
+				continue
+			}
+			need := p.need[q][s.ti]
+			for _, j := range s.nodes {
+				o := r.nodes[j]
+				if o.free < need {
+					break // and so do the nodes after it; copies only have less room
+				}
+				if j == k {
+					continue
+				}
+				if c, ok := moved[j]; ok {
+					o = c
+				}
+				if f := p.fitOn(o, q); f.ok && (f.score > bestScore || f.score == bestScore && j < best) {
+					best, bestScore = j, f.score
+				}
+			}
+		}
+		if best < 0 {
+			return nil, false
+		}
+		c, copied := moved[best]
+		if !copied {
+			c = p.copyNode(r.nodes[best])
+			moved[best] = c
+		}
+		p.add(c, i)
+		target[x] = best
+	}
+	return target, true
+}
+
+// moveTo puts the pods on the nodes rehouse found for them, as on its copies: the same placement
+// on the same state.
+func (r *run) moveTo(pods, target []int) {
+	for x, i := range pods {
+		o := r.nodes[target[x]]
+		r.p.add(o, i)
+		r.assign(i, o)
+	}
 }
 
 // shelf is the run's nodes of one mode and type, launching or new, most free cores first (then in

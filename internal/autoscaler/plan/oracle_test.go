@@ -26,9 +26,10 @@ import (
 // device limits are not modelled: the batch has none.
 //
 // UltraServer types (trn2u) come only as whole UltraServers: a unit of UltraServerNodes nodes
-// that costs that many nodes, whose pods fit on its nodes (each node as above), and that holds
-// only pods no other type in the families serves (the planner's rule: trn2u only for pods that
-// need it). Other nodes are of the other types.
+// that costs that many nodes, whose pods fit on its nodes (each node as above), all of one mode
+// (an UltraServer is launched with one allocation mode for all its nodes), and that holds only
+// pods no other type in the families serves (the planner's rule: trn2u only for pods that need
+// it). Other nodes are of the other types.
 
 // fleet is the oracle's answer.
 type fleet struct {
@@ -146,7 +147,8 @@ func unitCost(t topology.InstanceType) fleetCost {
 
 // ultraServerUnits returns, per set of pods, whether one UltraServer of the cheapest UltraServer
 // type in the families holds them: each pod needs one (no other type serves it, node[1<<i] < 0),
-// and the set splits into at most UltraServerNodes sets that each fit on one of its nodes.
+// all have one mode, and the set splits into at most UltraServerNodes sets that each fit on one
+// of its nodes.
 func ultraServerUnits(pending []PodDemand, node []int, opts Options) ([]bool, topology.InstanceType) {
 	n := len(pending)
 	unit := make([]bool, 1<<n)
@@ -184,9 +186,20 @@ func ultraServerUnits(pending []PodDemand, node []int, opts Options) ([]bool, to
 				nodes[set] = nodes[set^sub] + 1
 			}
 		}
-		unit[set] = nodes[set] <= t.UltraServerNodes
+		unit[set] = nodes[set] <= t.UltraServerNodes && oneMode(pending, set)
 	}
 	return unit, t
+}
+
+// oneMode reports whether the pods of set all have one mode.
+func oneMode(pending []PodDemand, set int) bool {
+	mode := pending[bits.TrailingZeros(uint(set))].Mode()
+	for s := set; s != 0; s &= s - 1 {
+		if pending[bits.TrailingZeros(uint(s))].Mode() != mode {
+			return false
+		}
+	}
+	return true
 }
 
 // nodeTypes returns the shapes of the types a new node may have under opts, cheapest first

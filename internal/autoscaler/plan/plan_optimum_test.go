@@ -3,6 +3,7 @@ package plan
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -217,5 +218,60 @@ func TestPlanIdenticalPodsOptimal(t *testing.T) {
 				t.Errorf("%d copies of a pod: the plan %v costs %+v, the optimum %s %+v", len(pending), newNodes(plan), got, fleetString(pending, opt), opt.cost)
 			}
 		})
+	}
+}
+
+// TestPlanRelocatesToDownsize: a batch whose optimum moves the largest pod of a node into free
+// room on another node so that the pods left fit a cheaper type (relocate). Without that move the
+// plan keeps an 8-device pod beside two small ones on an inf1.24xlarge while a trn1.32xlarge has
+// 8 devices free, at 1.09 times the optimum.
+func TestPlanRelocatesToDownsize(t *testing.T) {
+	pending, opts := benchBatch(20, 4)
+	plan, decisions := Plan(pending, nil, opts)
+	checkPlan(t, pending, nil, opts, plan, decisions)
+	got := planCost(plan, decisions)
+	opt, exact := exactCost(pending, opts, exactWork)
+	if !exact {
+		t.Fatalf("the exact search ran out of work (best found %+v)", opt)
+	}
+	if got.unplaced != opt.unplaced || got.unknown != opt.unknown || got.usd > 1.05*opt.usd {
+		t.Errorf("the plan %v costs %+v, more than 1.05 times the optimum %+v", newNodes(plan), got, opt)
+	}
+}
+
+// TestPlanRelocatesIntoReservation: relocate's batch with a reservation. One inf1.6xlarge slot:
+// the two small pods that stay go into it ($0) once the 8-device pod moves to the trn1.32xlarge,
+// so the plan costs the optimum without the reservation less an inf1.6xlarge. One inf1.24xlarge
+// slot: the three pods sit in it at $0 (the same saving) and relocate leaves that node alone
+// (moving them saves nothing). No slot left: the plan is as without the reservation.
+func TestPlanRelocatesIntoReservation(t *testing.T) {
+	pending, opts := benchBatch(20, 4)
+	base, bd := Plan(pending, nil, opts)
+	inf16 := *defaultCatalog.Types()[slices.IndexFunc(defaultCatalog.Types(), func(t topology.InstanceType) bool { return t.Name == "inf1.6xlarge" })].PriceUSDPerHour
+	for _, c := range []struct {
+		res   Reservation
+		usd   float64
+		holds []string // the pods on the reserved node
+	}{
+		{Reservation{ID: "cr-1", InstanceType: "inf1.6xlarge", Available: 1}, planCost(base, bd).usd - inf16, []string{"default/p0", "default/p19"}},
+		{Reservation{ID: "cr-1", InstanceType: "inf1.24xlarge", Available: 1}, planCost(base, bd).usd - inf16, []string{"default/p0", "default/p17", "default/p19"}},
+		{Reservation{ID: "cr-1", InstanceType: "inf1.6xlarge", Available: 0}, planCost(base, bd).usd, nil},
+	} {
+		opts.Reservations = []Reservation{c.res}
+		plan, d := Plan(pending, nil, opts)
+		checkPlan(t, pending, nil, opts, plan, d)
+		checkReservations(t, opts, plan)
+		var holds []string
+		for _, n := range plan.Nodes {
+			if n.Reservation != "" {
+				for _, pl := range n.Pods {
+					holds = append(holds, pl.Pod)
+				}
+			}
+		}
+		slices.Sort(holds)
+		if got := planCost(plan, d); got.unplaced != 2 || got.unknown != 1 || math.Abs(got.usd-c.usd) > 1e-6 || !slices.Equal(holds, c.holds) {
+			t.Errorf("%+v: the plan %v costs %+v with %v in the reservation, want $%.4f with %v", c.res, newNodes(plan), got, holds, c.usd, c.holds)
+		}
 	}
 }

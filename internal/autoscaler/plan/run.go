@@ -71,7 +71,7 @@ func (p *planner) run(pack bool) *run {
 		r.open(i, pack)
 	}
 	if pack {
-		for r.evacuate() || r.merge() || r.downsize() || r.swap() {
+		for r.evacuate() || r.merge() || r.downsize() || r.swap() || r.relocate() {
 		}
 		for _, i := range p.order { // limits may have room again
 			if r.free(i) && !r.placeExisting(i, false) {
