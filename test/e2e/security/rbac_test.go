@@ -60,6 +60,7 @@ var allowUnused = map[string]string{
 	"neuron-dra-driver update resource.k8s.io/resourceslices":     "the ResourceSlice controller updates a slice when the node's devices change (health, LNC); the flow changes no device",
 	"neuron-dra-driver delete resource.k8s.io/resourceslices":     "the ResourceSlice controller deletes the slices it no longer publishes; the flow changes no device",
 	"neuron-autoscaler patch /events":                             "client-go's recorder patches an event only when the same event repeats within its cache window",
+	"neuron-autoscaler create /pods/eviction":                     "the autoscaler evicts pods only from the nodes of a Capacity Block that ends soon; this flow has no reservation (test/e2e/autoscaler TestReservations drains one)",
 }
 
 // call is one request of the audit log, as RBAC sees it.
