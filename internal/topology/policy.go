@@ -167,6 +167,11 @@ type evaluator struct {
 	devBuf, bestDevs              []int
 	best                          candidate
 	bestHasVec                    bool
+	// devPartFor is the set of free devices (bit d: device d) that the candidate whose
+	// whole-device part devPart holds took; devPartOK says devPart is valid. Neighbouring core
+	// candidates often take the same free device, and then share it.
+	devPartFor uint64
+	devPartOK  bool
 }
 
 var evaluators = sync.Pool{New: func() any { return new(evaluator) }}
@@ -198,6 +203,7 @@ func (e *evaluator) init(u *Usage) {
 	e.u, e.s, e.full = u, s, u.full()
 	e.best = candidate{start: -1}
 	e.bestHasVec = false
+	e.devPartOK = false
 	e.after = sized(e.after, n)
 	e.devBuf, e.bestDevs = sized(e.devBuf, n)[:0], sized(e.bestDevs, n)[:0]
 	e.sizes = sized(e.sizes, nsizes)[:0]
@@ -363,6 +369,7 @@ func (e *evaluator) vectorOf(c *candidate, vec []int) {
 	nd := len(e.s.deviceSizes)
 	copy(vec, e.before)
 	tookFree := false
+	var took uint64 // the free devices c takes, when the node has at most 64
 	for _, d := range c.devices {
 		old := u.used[d]
 		m := e.full
@@ -371,6 +378,9 @@ func (e *evaluator) vectorOf(c *candidate, vec []int) {
 		}
 		if old == 0 {
 			tookFree = true
+			if d < 64 {
+				took |= 1 << d
+			}
 		}
 		e.addCoreRuns(old, vec, -1)
 		e.addCoreRuns(m, vec, 1)
@@ -378,12 +388,16 @@ func (e *evaluator) vectorOf(c *candidate, vec []int) {
 	if !tookFree {
 		return
 	}
-	copy(e.after, u.used)
-	for _, d := range c.devices {
-		e.after[d] = e.full // only whether a device is free matters to the device part
+	memo := len(u.used) <= 64
+	if !memo || !e.devPartOK || e.devPartFor != took {
+		copy(e.after, u.used)
+		for _, d := range c.devices {
+			e.after[d] = e.full // only whether a device is free matters to the device part
+		}
+		clear(e.devPart[:nd])
+		e.devicePart(e.after, e.devPart)
+		e.devPartFor, e.devPartOK = took, memo
 	}
-	clear(e.devPart[:nd])
-	e.devicePart(e.after, e.devPart)
 	copy(vec[:nd], e.devPart[:nd])
 }
 
@@ -470,6 +484,14 @@ func (e *evaluator) addCoreRuns(m uint64, buf []int, sign int) {
 	}
 	nd := len(e.s.deviceSizes)
 	cpd := e.s.CoresPerDevice
+	if t := e.s.coreRuns; t != nil {
+		w := cpd - 1
+		row := t[int(m)*w : int(m)*w+w]
+		for j, v := range row {
+			buf[nd+j] += sign * int(v)
+		}
+		return
+	}
 	run := 0
 	for k := 0; k <= cpd; k++ {
 		if k < cpd && m&(1<<k) == 0 {
