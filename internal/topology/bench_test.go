@@ -5,35 +5,61 @@ import (
 	"testing"
 )
 
-// BenchmarkPlace measures one placement decision on a 16-device node that is about half used.
+var benchCases = []struct {
+	instance string
+	lnc      int
+	req      Request
+}{
+	{"trn1.32xlarge", 0, Request{Unit: UnitDevice, Count: 4}},
+	{"trn1.32xlarge", 0, Request{Unit: UnitCore, Count: 2}},
+	{"trn2.48xlarge", 1, Request{Unit: UnitCore, Count: 3}},
+	{"inf1.24xlarge", 0, Request{Unit: UnitDevice, Count: 3}},
+	{"inf1.24xlarge", 0, Request{Unit: UnitCore, Count: 6}},
+}
+
+// benchUsage is a 16-device node about half used, in a scattered pattern that leaves devices
+// 8-11 free: devices 1, 2 whole, odd cores of 5-7, core 0 of 12-15.
+func benchUsage(tb testing.TB, instance string, lnc int) *Usage {
+	s := shapeOf(tb, instance, lnc)
+	u := NewUsage(s)
+	_ = u.MarkDevices([]int{1, 2})
+	for d := 5; d <= 7; d++ {
+		_ = u.MarkCores([]int{d*s.CoresPerDevice + 1})
+	}
+	for d := 12; d <= 15; d++ {
+		_ = u.MarkCores([]int{d * s.CoresPerDevice})
+	}
+	return u
+}
+
+// BenchmarkPlace measures one placement decision on a 16-device node that is about half used,
+// placing into a reused Fit as a scheduler does for every candidate node.
 func BenchmarkPlace(b *testing.B) {
-	for _, tc := range []struct {
-		instance string
-		lnc      int
-		req      Request
-	}{
-		{"trn1.32xlarge", 0, Request{Unit: UnitDevice, Count: 4}},
-		{"trn1.32xlarge", 0, Request{Unit: UnitCore, Count: 2}},
-		{"trn2.48xlarge", 1, Request{Unit: UnitCore, Count: 3}},
-		{"inf1.24xlarge", 0, Request{Unit: UnitDevice, Count: 3}},
-		{"inf1.24xlarge", 0, Request{Unit: UnitCore, Count: 6}},
-	} {
-		s := shapeOf(b, tc.instance, tc.lnc)
-		u := NewUsage(s)
-		// Partly used, in a scattered pattern that leaves devices 8-11 free: devices 1, 2 whole,
-		// odd cores of 5-7, core 0 of 12-15.
-		_ = u.MarkDevices([]int{1, 2})
-		for d := 5; d <= 7; d++ {
-			_ = u.MarkCores([]int{d*s.CoresPerDevice + 1})
+	for _, tc := range benchCases {
+		u := benchUsage(b, tc.instance, tc.lnc)
+		for _, p := range Policies {
+			b.Run(fmt.Sprintf("%s/%s/%s", tc.instance, tc.req, p), func(b *testing.B) {
+				b.ReportAllocs()
+				var fit Fit
+				for b.Loop() {
+					if err := p.PlaceInto(u, tc.req, &fit); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
-		for d := 12; d <= 15; d++ {
-			_ = u.MarkCores([]int{d * s.CoresPerDevice})
-		}
+	}
+}
+
+// BenchmarkPlaceOld is BenchmarkPlace for the previous algorithm, to compare in one run.
+func BenchmarkPlaceOld(b *testing.B) {
+	for _, tc := range benchCases {
+		u := benchUsage(b, tc.instance, tc.lnc)
 		for _, p := range Policies {
 			b.Run(fmt.Sprintf("%s/%s/%s", tc.instance, tc.req, p), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, err := p.Place(u, tc.req); err != nil {
+					if _, err := placeOld(p, u, tc.req); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -14,7 +14,8 @@ type BlockCount struct {
 // node). Partly used devices count as used. The counts of different sizes overlap: a free
 // 4-device block also counts as two 2-device blocks.
 func (u *Usage) FreeBlocks() []BlockCount {
-	e := newEvaluator(u)
+	e := getEvaluator(u)
+	defer putEvaluator(e)
 	out := make([]BlockCount, len(u.shape.deviceSizes))
 	for i := range out {
 		out[i] = BlockCount{Devices: e.sizes[i], Count: e.before[i]}

@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // Policy chooses one valid set among those that fit.
@@ -58,49 +59,83 @@ func score(damage, freeAfter float64) float64 {
 // *UnsupportedCountError when the instance type never accepts the count, and an
 // *InsufficientError when no valid set is free now. Place does not change u.
 func (p Policy) Place(u *Usage, r Request) (Fit, error) {
-	s := u.shape
-	if err := s.Validate(r); err != nil {
+	var fit Fit
+	if err := p.PlaceInto(u, r, &fit); err != nil {
 		return Fit{}, err
 	}
-	e := newEvaluator(u)
-	best := candidate{start: -1}
-	var bestVec []int
-	consider := func(c candidate) {
-		if best.start < 0 {
-			best, bestVec = c.clone(), e.vector(c, nil)
-			return
-		}
-		if p == FirstFit {
-			if c.less(best) {
-				best = c.clone()
-			}
-			return
-		}
-		vec := e.vector(c, e.scratchVec)
-		cmp := slices.Compare(vec, bestVec)
-		if cmp > 0 || (cmp == 0 && c.less(best)) {
-			best = c.clone()
-			bestVec = append(bestVec[:0], vec...)
-		}
+	return fit, nil
+}
+
+// PlaceInto is Place writing the result into dst, reusing the capacity of dst.Devices and
+// dst.Cores. Its scratch space comes from a pool, so that in steady state it allocates nothing;
+// a caller that owns a Placer per goroutine avoids the pool too.
+func (p Policy) PlaceInto(u *Usage, r Request, dst *Fit) error {
+	e := evaluators.Get().(*evaluator)
+	defer putEvaluator(e)
+	return e.place(p, u, r, dst)
+}
+
+// Placer holds the scratch space of placement decisions, for a caller that makes many of them:
+// after the first decision on a node of a given size it allocates nothing. The zero value is
+// ready to use. A Placer is not safe for concurrent use.
+type Placer struct {
+	e evaluator
+}
+
+// Place is p.PlaceInto using the Placer's scratch space.
+func (pl *Placer) Place(p Policy, u *Usage, r Request, dst *Fit) error {
+	defer func() { pl.e.u, pl.e.s = nil, nil }()
+	return pl.e.place(p, u, r, dst)
+}
+
+// place is PlaceInto on this evaluator. On error dst is left unchanged.
+func (e *evaluator) place(p Policy, u *Usage, r Request, dst *Fit) error {
+	s := u.shape
+	if err := s.Validate(r); err != nil {
+		return err
 	}
-	e.candidates(r, consider)
-	if best.start < 0 {
-		return Fit{}, &InsufficientError{
+	e.init(u)
+	found := false
+	if r.Unit == UnitCore {
+		found = e.coreCandidates(p, r)
+	} else {
+		found = e.deviceCandidates(p, r)
+	}
+	if !found {
+		return &InsufficientError{
 			InstanceType: s.Type.Name, Request: r,
 			FreeDevices: u.FreeDevices(), FreeCores: u.FreeCores(),
 			Hint: s.describeSets(r.Count),
 		}
 	}
-	if bestVec == nil {
-		bestVec = e.vector(best, nil)
+	if !e.bestHasVec {
+		e.vectorOf(&e.best, e.bestVec)
 	}
-	fit := Fit{Allocation: e.allocation(best, r.Unit)}
-	fit.Damage = e.damage(bestVec)
-	fit.FreeAfter = float64(u.FreeCoreCount()-len(fit.Cores)) / float64(s.Cores())
+	dst.Unit = r.Unit
+	dst.Devices = append(dst.Devices[:0], e.best.devices...)
+	dst.Cores = dst.Cores[:0]
+	if dst.Cores == nil {
+		dst.Cores = []int{}
+	}
+	cpd := s.CoresPerDevice
+	if r.Unit == UnitDevice {
+		for _, d := range e.best.devices {
+			for k := range cpd {
+				dst.Cores = append(dst.Cores, d*cpd+k)
+			}
+		}
+	} else {
+		for i := range e.best.count {
+			dst.Cores = append(dst.Cores, e.best.start+i)
+		}
+	}
+	dst.Damage = e.damage(e.bestVec)
+	dst.FreeAfter = float64(u.FreeCoreCount()-len(dst.Cores)) / float64(s.Cores())
+	dst.Score = 0
 	if p == BestFit {
-		fit.Score = score(fit.Damage, fit.FreeAfter)
+		dst.Score = score(dst.Damage, dst.FreeAfter)
 	}
-	return fit, nil
+	return nil
 }
 
 // candidate is one valid free set: devices for a device request, or the core range
@@ -111,102 +146,191 @@ type candidate struct {
 	count   int   // cores, for core candidates; 0 for device candidates
 }
 
-func (c candidate) clone() candidate {
-	c.devices = slices.Clone(c.devices)
-	return c
-}
-
 // less orders candidates by their device ids, then core ids: the deterministic tie-break.
-func (c candidate) less(o candidate) bool {
+func (c *candidate) less(o *candidate) bool {
 	if cmp := slices.Compare(c.devices, o.devices); cmp != 0 {
 		return cmp < 0
 	}
 	return c.start < o.start
 }
 
+// evaluator scores the candidates of one request on one node. Evaluators are pooled and keep
+// their buffers between uses, so that placing in steady state allocates nothing.
 type evaluator struct {
-	u          *Usage
-	s          *Shape
-	full       uint64
-	after      []uint64
-	before     []int
-	scratchVec []int
-	sizes      []int // device sizes, descending, then core sizes cpd-1..1 (as negative numbers)
-	devBuf     []int
+	u     *Usage
+	s     *Shape
+	full  uint64
+	after []uint64 // the usage after the candidate under evaluation
+	// before is the capability now; devPart a scratch buffer for the whole-device part.
+	before, devPart, vec, bestVec []int
+	sizes                         []int // device sizes, descending, then core sizes cpd-1..1 (as negative numbers)
+	devBuf, bestDevs              []int
+	best                          candidate
+	bestHasVec                    bool
+	// devPartFor is the set of free devices (bit d: device d) that the candidate whose
+	// whole-device part devPart holds took; devPartOK says devPart is valid. Neighbouring core
+	// candidates often take the same free device, and then share it.
+	devPartFor uint64
+	devPartOK  bool
 }
 
-func newEvaluator(u *Usage) *evaluator {
+var evaluators = sync.Pool{New: func() any { return new(evaluator) }}
+
+// getEvaluator returns a pooled evaluator set up for u; return it with putEvaluator.
+func getEvaluator(u *Usage) *evaluator {
+	e := evaluators.Get().(*evaluator)
+	e.init(u)
+	return e
+}
+
+func putEvaluator(e *evaluator) {
+	e.u, e.s, e.best = nil, nil, candidate{}
+	evaluators.Put(e)
+}
+
+// sized returns buf resliced to length n, reallocated only when too small.
+func sized[T any](buf []T, n int) []T {
+	if cap(buf) < n {
+		return make([]T, n)
+	}
+	return buf[:n]
+}
+
+func (e *evaluator) init(u *Usage) {
 	s := u.shape
-	e := &evaluator{u: u, s: s, full: u.full(), after: make([]uint64, len(u.used))}
+	n := len(u.used)
+	nsizes := len(s.deviceSizes) + max(s.CoresPerDevice-1, 0)
+	e.u, e.s, e.full = u, s, u.full()
+	e.best = candidate{start: -1}
+	e.bestHasVec = false
+	e.devPartOK = false
+	e.after = sized(e.after, n)
+	e.devBuf, e.bestDevs = sized(e.devBuf, n)[:0], sized(e.bestDevs, n)[:0]
+	e.sizes = sized(e.sizes, nsizes)[:0]
+	e.before, e.devPart = sized(e.before, nsizes), sized(e.devPart, nsizes)
+	e.vec, e.bestVec = sized(e.vec, nsizes), sized(e.bestVec, nsizes)
 	for i := len(s.deviceSizes) - 1; i >= 0; i-- {
 		e.sizes = append(e.sizes, s.deviceSizes[i])
 	}
 	for k := s.CoresPerDevice - 1; k >= 1; k-- {
 		e.sizes = append(e.sizes, -k)
 	}
-	e.scratchVec = make([]int, len(e.sizes))
 	copy(e.after, u.used)
-	e.before = e.capability(e.after, nil)
-	return e
+	e.capability(e.after, e.before)
 }
 
-// candidates calls yield for every valid set of the request that is free now.
-func (e *evaluator) candidates(r Request, yield func(candidate)) {
-	s, u := e.s, e.u
-	n := s.Devices()
-	if r.Unit == UnitCore {
-		cpd := s.CoresPerDevice
-		want := s.DevicesNeeded(r)
-		for start := 0; start+r.Count <= s.Cores(); start++ {
-			first, last := start/cpd, (start+r.Count-1)/cpd
-			if last-first+1 != want {
-				continue
+// consider keeps c when it beats the best so far under policy p.
+func (e *evaluator) consider(p Policy, c *candidate) {
+	if e.best.start >= 0 {
+		if p == FirstFit {
+			if c.less(&e.best) {
+				e.keep(c, false)
 			}
-			free := true
-			for d := first; d <= last && free; d++ {
-				lo, hi := 0, cpd-1
-				if d == first {
-					lo = start % cpd
-				}
-				if d == last {
-					hi = (start + r.Count - 1) % cpd
-				}
-				mask := uint64(1)<<(hi+1) - uint64(1)<<lo
-				free = u.used[d]&mask == 0
-			}
-			if !free {
-				continue
-			}
-			e.devBuf = e.devBuf[:0]
-			for d := first; d <= last; d++ {
-				e.devBuf = append(e.devBuf, d)
-			}
-			if want > 1 && !s.IsValidDeviceSet(e.devBuf) {
-				continue
-			}
-			yield(candidate{devices: e.devBuf, start: start, count: r.Count})
+			return
+		}
+		e.vectorOf(c, e.vec)
+		cmp := slices.Compare(e.vec, e.bestVec)
+		if cmp > 0 || (cmp == 0 && c.less(&e.best)) {
+			e.keep(c, true)
 		}
 		return
 	}
+	if p == FirstFit {
+		e.keep(c, false)
+		return
+	}
+	e.vectorOf(c, e.vec)
+	e.keep(c, true)
+}
+
+func (e *evaluator) keep(c *candidate, withVec bool) {
+	e.bestDevs = append(e.bestDevs[:0], c.devices...)
+	e.best = candidate{devices: e.bestDevs, start: c.start, count: c.count}
+	e.bestHasVec = withVec
+	if withVec {
+		copy(e.bestVec, e.vec)
+	}
+}
+
+// coreCandidates considers every free valid core range of the request and reports whether
+// there was one.
+func (e *evaluator) coreCandidates(p Policy, r Request) bool {
+	s, u := e.s, e.u
+	cpd := s.CoresPerDevice
+	want := s.DevicesNeeded(r)
+	for start := 0; start+r.Count <= s.Cores(); start++ {
+		first, last := start/cpd, (start+r.Count-1)/cpd
+		if last-first+1 != want {
+			continue
+		}
+		free := true
+		for d := first; d <= last && free; d++ {
+			free = u.used[d]&e.coreMask(d, first, last, start, r.Count) == 0
+		}
+		if !free {
+			continue
+		}
+		e.devBuf = e.devBuf[:0]
+		for d := first; d <= last; d++ {
+			e.devBuf = append(e.devBuf, d)
+		}
+		if want > 1 && !s.isValidSortedDeviceSet(e.devBuf) {
+			continue
+		}
+		c := candidate{devices: e.devBuf, start: start, count: r.Count}
+		e.consider(p, &c)
+	}
+	return e.best.start >= 0
+}
+
+// coreMask is the bits of device d that the core range [start, start+count) over devices
+// first..last takes.
+func (e *evaluator) coreMask(d, first, last, start, count int) uint64 {
+	cpd := e.s.CoresPerDevice
+	lo, hi := 0, cpd-1
+	if d == first {
+		lo = start % cpd
+	}
+	if d == last {
+		hi = (start + count - 1) % cpd
+	}
+	return uint64(1)<<(hi+1) - uint64(1)<<lo
+}
+
+// deviceCandidates considers every free valid device set of the request and reports whether
+// there was one.
+func (e *evaluator) deviceCandidates(p Policy, r Request) bool {
+	s, u := e.s, e.u
+	n := s.Devices()
 	k := r.Count
-	emit := func(devs []int) {
-		for _, d := range devs {
+	emit := func() {
+		for _, d := range e.devBuf {
 			if u.used[d] != 0 {
 				return
 			}
 		}
-		yield(candidate{devices: devs, start: devs[0] * s.CoresPerDevice})
+		c := candidate{devices: e.devBuf, start: e.devBuf[0] * s.CoresPerDevice}
+		e.consider(p, &c)
+	}
+	seqBuf := func(start, k int) {
+		e.devBuf = e.devBuf[:0]
+		for d := start; d < start+k; d++ {
+			e.devBuf = append(e.devBuf, d)
+		}
 	}
 	switch {
 	case k == n:
-		emit(seq(0, n))
+		seqBuf(0, n)
+		emit()
 	case k == 1:
 		for d := range n {
-			emit([]int{d})
+			seqBuf(d, 1)
+			emit()
 		}
 	case s.Kind() == KindTorus:
 		for start := 0; start < n; start += k {
-			emit(seq(start, k))
+			seqBuf(start, k)
+			emit()
 		}
 	case s.Kind() == KindChain || s.Kind() == KindRing:
 		last := n - k
@@ -215,76 +339,82 @@ func (e *evaluator) candidates(r Request, yield func(candidate)) {
 		}
 		order := s.graph.order
 		for p := 0; p <= last; p++ {
-			devs := make([]int, k)
+			e.devBuf = e.devBuf[:0]
 			for i := range k {
-				devs[i] = order[(p+i)%n]
+				e.devBuf = append(e.devBuf, order[(p+i)%n])
 			}
-			slices.Sort(devs)
-			emit(devs)
+			slices.Sort(e.devBuf)
+			emit()
 		}
 	case s.Kind() == KindSwitched:
 		// Every subset is valid and every free device is alike: take the lowest free ones.
-		devs := make([]int, 0, k)
-		for d := 0; d < n && len(devs) < k; d++ {
+		e.devBuf = e.devBuf[:0]
+		for d := 0; d < n && len(e.devBuf) < k; d++ {
 			if u.used[d] == 0 {
-				devs = append(devs, d)
+				e.devBuf = append(e.devBuf, d)
 			}
 		}
-		if len(devs) == k {
-			emit(devs)
+		if len(e.devBuf) == k {
+			emit()
 		}
 	}
+	return e.best.start >= 0
 }
 
-func seq(start, n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = start + i
+// vectorOf writes into vec the node's capability after placing c. It starts from the
+// capability now and recounts only what c changes: the core runs of the devices it touches,
+// and the whole-device part when it takes a free device.
+func (e *evaluator) vectorOf(c *candidate, vec []int) {
+	u := e.u
+	nd := len(e.s.deviceSizes)
+	copy(vec, e.before)
+	tookFree := false
+	var took uint64 // the free devices c takes, when the node has at most 64
+	for _, d := range c.devices {
+		old := u.used[d]
+		m := e.full
+		if c.count != 0 {
+			m = old | e.coreMask(d, c.devices[0], c.devices[len(c.devices)-1], c.start, c.count)
+		}
+		if old == 0 {
+			tookFree = true
+			if d < 64 {
+				took |= 1 << d
+			}
+		}
+		e.addCoreRuns(old, vec, -1)
+		e.addCoreRuns(m, vec, 1)
 	}
-	return out
-}
-
-func (e *evaluator) allocation(c candidate, unit Unit) Allocation {
-	a := Allocation{Unit: unit, Devices: slices.Clone(c.devices), Cores: []int{}}
-	if unit == UnitDevice {
+	if !tookFree {
+		return
+	}
+	memo := len(u.used) <= 64
+	if !memo || !e.devPartOK || e.devPartFor != took {
+		copy(e.after, u.used)
 		for _, d := range c.devices {
-			a.Cores = append(a.Cores, e.s.CoresOf(d)...)
+			e.after[d] = e.full // only whether a device is free matters to the device part
 		}
-		return a
+		clear(e.devPart[:nd])
+		e.devicePart(e.after, e.devPart)
+		e.devPartFor, e.devPartOK = took, memo
 	}
-	for i := range c.count {
-		a.Cores = append(a.Cores, c.start+i)
-	}
-	return a
-}
-
-// vector returns the node's capability after placing c (into buf when it is large enough).
-func (e *evaluator) vector(c candidate, buf []int) []int {
-	copy(e.after, e.u.used)
-	cpd := e.s.CoresPerDevice
-	if c.count == 0 {
-		for _, d := range c.devices {
-			e.after[d] = e.full
-		}
-	} else {
-		for i := range c.count {
-			core := c.start + i
-			e.after[core/cpd] |= 1 << (core % cpd)
-		}
-	}
-	return e.capability(e.after, buf)
+	copy(vec[:nd], e.devPart[:nd])
 }
 
 // capability counts, for each set size from the largest down, how many disjoint free sets of
 // that size the node could still give: whole-device sets first (ring and chain segments,
 // aligned torus blocks, free devices), then core runs inside partly used devices. Comparing two
 // vectors lexicographically prefers the state that keeps larger sets free.
-func (e *evaluator) capability(used []uint64, buf []int) []int {
-	if cap(buf) < len(e.sizes) {
-		buf = make([]int, len(e.sizes))
-	}
-	buf = buf[:len(e.sizes)]
+func (e *evaluator) capability(used []uint64, buf []int) {
 	clear(buf)
+	e.devicePart(used, buf)
+	for _, m := range used {
+		e.addCoreRuns(m, buf, 1)
+	}
+}
+
+// devicePart adds the whole-device counts of the capability of used to buf.
+func (e *evaluator) devicePart(used []uint64, buf []int) {
 	s := e.s
 	n := len(used)
 	free := 0
@@ -341,27 +471,40 @@ func (e *evaluator) capability(used []uint64, buf []int) []int {
 		}
 	default:
 		for i := range nd {
-			buf[i] = free / e.sizes[i]
+			buf[i] += free / e.sizes[i]
 		}
 	}
-	cpd := s.CoresPerDevice
-	for _, m := range used {
-		if m == 0 || m == e.full {
+}
+
+// addCoreRuns adds sign times the core-run counts of one device with cores m in use to buf (a
+// free or full device has none).
+func (e *evaluator) addCoreRuns(m uint64, buf []int, sign int) {
+	if m == 0 || m == e.full {
+		return
+	}
+	nd := len(e.s.deviceSizes)
+	cpd := e.s.CoresPerDevice
+	if t := e.s.coreRuns; t != nil {
+		w := cpd - 1
+		row := t[int(m)*w : int(m)*w+w]
+		for j, v := range row {
+			buf[nd+j] += sign * int(v)
+		}
+		return
+	}
+	run := 0
+	for k := 0; k <= cpd; k++ {
+		if k < cpd && m&(1<<k) == 0 {
+			run++
 			continue
 		}
-		run := 0
-		for k := 0; k <= cpd; k++ {
-			if k < cpd && m&(1<<k) == 0 {
-				run++
-				continue
-			}
+		if run > 0 {
 			for i := nd; i < len(e.sizes); i++ {
-				buf[i] += run / -e.sizes[i]
+				buf[i] += sign * (run / -e.sizes[i])
 			}
-			run = 0
 		}
+		run = 0
 	}
-	return buf
 }
 
 // damage is the size, in devices, of the largest set size whose count the placement reduced.
@@ -375,4 +518,12 @@ func (e *evaluator) damage(after []int) float64 {
 		}
 	}
 	return 0
+}
+
+func seq(start, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = start + i
+	}
+	return out
 }

@@ -191,8 +191,12 @@ func TestBestFitIsOptimalByItsMeasure(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			e := newEvaluator(u)
-			chosen := slices.Clone(e.vector(toCandidate(s, fit.Allocation), nil))
+			e := &evaluator{}
+			e.init(u)
+			fc := toCandidate(s, fit.Allocation)
+			chosen := make([]int, len(e.before))
+			e.vectorOf(&fc, chosen)
+			v := make([]int, len(e.before))
 			for _, alt := range bruteForceFits(u, r) {
 				var a Allocation
 				if r.Unit == UnitCore {
@@ -200,7 +204,8 @@ func TestBestFitIsOptimalByItsMeasure(t *testing.T) {
 				} else {
 					a, _ = s.DeviceAllocation(alt)
 				}
-				if v := e.vector(toCandidate(s, a), nil); slices.Compare(v, chosen) > 0 {
+				ac := toCandidate(s, a)
+				if e.vectorOf(&ac, v); slices.Compare(v, chosen) > 0 {
 					t.Fatalf("%s %v: best-fit chose %v (%v) but %v leaves %v", name, r, fit.Allocation, chosen, alt, v)
 				}
 			}

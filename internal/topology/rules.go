@@ -109,7 +109,16 @@ func (s *Shape) IsValidDeviceSet(devices []int) bool {
 	if n == 0 || n > total {
 		return false
 	}
-	sorted := slices.Sorted(slices.Values(devices))
+	return s.isValidSortedDeviceSet(slices.Sorted(slices.Values(devices)))
+}
+
+// isValidSortedDeviceSet is IsValidDeviceSet for devices in ascending order.
+func (s *Shape) isValidSortedDeviceSet(sorted []int) bool {
+	n := len(sorted)
+	total := s.Type.Devices
+	if n == 0 || n > total {
+		return false
+	}
 	for i, d := range sorted {
 		if d < 0 || d >= total || (i > 0 && sorted[i-1] == d) {
 			return false
@@ -132,7 +141,12 @@ func (s *Shape) IsValidDeviceSet(devices []int) bool {
 // contiguous reports whether the devices form one run along the chain or ring.
 func (s *Shape) contiguous(devices []int) bool {
 	total := s.Type.Devices
-	in := make([]bool, total)
+	var inArr [16]bool // on the stack: no allocation for nodes of up to 16 devices
+	in := inArr[:]
+	if total > len(inArr) {
+		in = make([]bool, total)
+	}
+	in = in[:total]
 	for _, d := range devices {
 		in[s.graph.pos[d]] = true
 	}

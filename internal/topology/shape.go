@@ -66,6 +66,10 @@ type Shape struct {
 	CoresPerDevice int // logical cores per device at LNC
 	graph          *Graph
 	deviceSizes    []int // valid device-set sizes, ascending
+	// coreRuns, for up to 8 cores per device, holds for every in-use mask m of one device the
+	// count of disjoint free core runs of each size cpd-1..1 inside it (row m, cpd-1 entries;
+	// zero for a free or full device), as the placement engine counts them.
+	coreRuns []int32
 }
 
 // NewShape returns the shape of a node of type t at the given LNC (0: the type's default), with
@@ -101,6 +105,25 @@ func NewShapeWithGraph(t InstanceType, lnc int, g *Graph) (*Shape, error) {
 	for n := 1; n <= t.Devices; n++ {
 		if s.validDeviceCount(n) {
 			s.deviceSizes = append(s.deviceSizes, n)
+		}
+	}
+	if cpd := s.CoresPerDevice; cpd >= 2 && cpd <= 8 {
+		w := cpd - 1
+		full := uint64(1)<<cpd - 1
+		s.coreRuns = make([]int32, (full+1)*uint64(w))
+		for m := uint64(1); m < full; m++ {
+			row := s.coreRuns[m*uint64(w) : (m+1)*uint64(w)]
+			run := 0
+			for k := 0; k <= cpd; k++ {
+				if k < cpd && m&(1<<k) == 0 {
+					run++
+					continue
+				}
+				for j := range w {
+					row[j] += int32(run / (cpd - 1 - j))
+				}
+				run = 0
+			}
 		}
 	}
 	return s, nil
