@@ -84,17 +84,8 @@ func (c *Controller) empty(pods []*corev1.Pod, planned []string, pending map[str
 			return "pod " + k + ", planned onto it, is still pending"
 		}
 	}
-	for _, pod := range pods {
-		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-			continue
-		}
-		if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "DaemonSet" {
-			continue
-		}
-		return "pod " + pod.Namespace + "/" + pod.Name + " runs on it"
+	if left := evictable(pods); len(left) > 0 {
+		return "pod " + left[0].Namespace + "/" + left[0].Name + " runs on it"
 	}
 	return ""
 }
