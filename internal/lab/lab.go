@@ -114,6 +114,34 @@ extenders:
 `)
 }
 
+// PluginSchedulerConfig is the KubeSchedulerConfiguration of neuron-kube-scheduler running as
+// my-scheduler: the default plugins and NeuronTopology (weight 10, as the extender's), whose Bind
+// runs before DefaultBinder (it skips pods without Neuron requests) so that a Neuron pod's
+// allocation record lands with its binding. policy is best-fit or first-fit. The Helm chart
+// renders the same.
+func PluginSchedulerConfig(policy string) []byte {
+	return []byte(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: ` + CustomSchedulerName + `
+  plugins:
+    multiPoint:
+      enabled:
+      - name: NeuronTopology
+        weight: 10
+    bind:
+      enabled:
+      - name: NeuronTopology
+      - name: DefaultBinder
+      disabled:
+      - name: "*"
+  pluginConfig:
+  - name: NeuronTopology
+    args:
+      policy: ` + policy + `
+`)
+}
+
 // Lab is a running control plane with its simulated fleet.
 type Lab struct {
 	cp        *ControlPlane
