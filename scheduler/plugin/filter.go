@@ -11,8 +11,8 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
-	"github.com/kube-neuron/kube-neuron/internal/topology"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 const stateKey fwk.StateKey = Name

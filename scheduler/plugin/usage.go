@@ -144,4 +144,3 @@ func placementKey(pod *corev1.Pod, reqs []allocation.Request) string {
 	}
 	return string(b)
 }
-
