@@ -364,3 +364,20 @@ func BenchmarkFilter(b *testing.B) {
 		}
 	})
 }
+
+// TestBindWithoutReservationFails: a Neuron pod is never left to DefaultBinder, which would bind
+// it without a record.
+func TestBindWithoutReservationFails(t *testing.T) {
+	h := newHandle(t, nil, trn1("trn1-a"))
+	p := newPlugin(h, topology.BestFit, topology.DefaultCatalog())
+	pod := testkit.MakePod().Name("four").Neuron(4).Obj()
+	state := framework.NewCycleState()
+	cycle(t, p, state, pod)
+	st := p.Bind(context.Background(), state, pod, "trn1-a")
+	if st.Code() != fwk.Error || !strings.Contains(st.Message(), "no Neuron devices are reserved for pod default/four on node trn1-a") {
+		t.Fatalf("Bind without Reserve: %v, want an Error naming the pod", st)
+	}
+	if n := len(h.client.Actions()); n != 0 {
+		t.Errorf("%d API calls, want none", n)
+	}
+}
