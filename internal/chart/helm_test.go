@@ -153,6 +153,7 @@ var newTypes = map[string]func() any{
 	"v1 ServiceAccount":                               func() any { return &corev1.ServiceAccount{} },
 	"v1 ConfigMap":                                    func() any { return &corev1.ConfigMap{} },
 	"v1 Service":                                      func() any { return &corev1.Service{} },
+	"v1 Secret":                                       func() any { return &corev1.Secret{} },
 	"apps/v1 DaemonSet":                               func() any { return &appsv1.DaemonSet{} },
 	"apps/v1 Deployment":                              func() any { return &appsv1.Deployment{} },
 	"policy/v1 PodDisruptionBudget":                   func() any { return &policyv1.PodDisruptionBudget{} },

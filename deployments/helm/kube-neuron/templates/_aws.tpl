@@ -89,6 +89,9 @@ public.ecr.aws/neuron/): the chart would run AWS's binary, which is not kube-neu
 {{- fail (printf "%s.image.repository is AWS's image, not kube-neuron's: remove it or point it at kube-neuron's %s (docs/images.md)" $key $name) -}}
 {{- end -}}
 {{- end -}}
+{{- if hasPrefix "public.ecr.aws/neuron/" ($.Values.scheduler.customScheduler.pluginImage.repository | default "") -}}
+{{- fail "scheduler.customScheduler.pluginImage.repository is AWS's image, not kube-neuron's: AWS's neuron-scheduler is an extender, not a kube-scheduler with the NeuronTopology plugin. Remove it or point it at kube-neuron's neuron-kube-scheduler (docs/images.md)" -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -111,13 +114,20 @@ image.localImages says the images are in the nodes' container runtime already.
 {{- define "kube-neuron.pullable" -}}
 {{- if not .Values.image.localImages -}}
 {{- $bare := list -}}
+{{- $images := list -}}
 {{- range $key := list "devicePlugin" "draDriver" "scheduler" "autoscaler" -}}
 {{- $c := get $.Values $key -}}
-{{- if $c.enabled -}}
-{{- $ref := include "kube-neuron.image" (dict "root" $ "image" $c.image) -}}
-{{- if not (include "kube-neuron.hasRegistry" $ref) -}}
-{{- $bare = append $bare (printf "%s.image (%s)" $key $ref) -}}
+{{- if and $c.enabled (or (ne $key "scheduler") (include "kube-neuron.scheduler.extender" $)) -}}
+{{- $images = append $images (list (printf "%s.image" $key) $c.image) -}}
 {{- end -}}
+{{- end -}}
+{{- if include "kube-neuron.myScheduler.plugin" . -}}
+{{- $images = append $images (list "scheduler.customScheduler.pluginImage" .Values.scheduler.customScheduler.pluginImage) -}}
+{{- end -}}
+{{- range $images -}}
+{{- $ref := include "kube-neuron.image" (dict "root" $ "image" (index . 1)) -}}
+{{- if not (include "kube-neuron.hasRegistry" $ref) -}}
+{{- $bare = append $bare (printf "%s (%s)" (index . 0) $ref) -}}
 {{- end -}}
 {{- end -}}
 {{- if $bare -}}
