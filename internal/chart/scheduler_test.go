@@ -676,6 +676,8 @@ func TestSchedulerLint(t *testing.T) {
 		{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true", "npd.enabled=false"},
 		{"scheduler.enabled=true", "scheduler.replicas=1", `scheduler.podAnnotations.prometheus\.io/scrape=true`},
 		{"scheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true", "scheduler.admissionPolicy.enabled=true", "scheduler.customScheduler.replicas=2"},
+		{"scheduler.enabled=true", "scheduler.customScheduler.mode=plugin", "scheduler.admissionPolicy.enabled=true", "scheduler.customScheduler.replicas=2"},
+		{"scheduler.enabled=true", "scheduler.tls.enabled=false"},
 	} {
 		t.Run(strings.Join(append([]string{"lint"}, sets...), " "), func(t *testing.T) {
 			t.Parallel()
