@@ -20,7 +20,7 @@ import (
 )
 
 // The scheduler extender's objects in kube-system, as "Kind namespace/name", with the default
-// TLS settings (the chart generates the certificates: tlsSecretObjects).
+// TLS settings (the two Secrets: the chart generates the certificates).
 var (
 	extenderObjects = []string{
 		"Secret kube-system/k8s-neuron-scheduler-tls",
@@ -47,9 +47,6 @@ var (
 		"ServiceAccount kube-system/my-scheduler",
 	}
 	defaultSchedulerObjects = []string{"ConfigMap kube-system/neuron-scheduler-extender-config"}
-	// tlsSecretObjects: the extender's and my-scheduler's certificates, which the chart generates
-	// by default (scheduler.tls.enabled and scheduler.tls.generate); in extenderObjects.
-	tlsSecretObjects = extenderObjects[:2]
 )
 
 // schedulerConfig is the part of kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration the
