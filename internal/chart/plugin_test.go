@@ -166,3 +166,20 @@ func TestSchedulerModeWithoutMyScheduler(t *testing.T) {
 	}
 	checkExtender(t, m, "kube-system", 2, true)
 }
+
+// TestSchedulerValuesWithoutTheNewKeys: `helm upgrade --reuse-values` of a release older than
+// customScheduler.mode, customScheduler.pluginImage and tls.generate renders with that release's
+// values, which lack them (null deletes a key, as there); the chart then takes their defaults.
+func TestSchedulerValuesWithoutTheNewKeys(t *testing.T) {
+	t.Parallel()
+	old := []string{"scheduler.enabled=true", "npd.enabled=false", "scheduler.customScheduler.mode=null", "scheduler.customScheduler.pluginImage=null", "scheduler.tls.generate=null"}
+	m := render(t, old...)
+	if got, want := m.names(), objects(devicePluginObjects, extenderObjects, pdbObjects, networkPolicyObjects, mySchedulerObjects); !slices.Equal(got, want) {
+		t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
+	}
+	checkExtender(t, m, "kube-system", 2, false)
+	checkMyScheduler(t, m, "kube-system", false)
+	// The plugin's image has its default too.
+	m = render(t, append(old, "scheduler.customScheduler.mode=plugin")...)
+	checkMyScheduler(t, m, "kube-system", true)
+}

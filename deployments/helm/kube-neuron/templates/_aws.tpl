@@ -13,6 +13,8 @@ is idempotent):
   scheduler.customScheduler.image {repository, tag, pullPolicy} -> image, imagePullPolicy
   (and scheduler.customScheduler.image's default, kept out of values.yaml so that a table and a
   string both merge without a warning)
+  and the defaults of scheduler.customScheduler.mode, .pluginImage and scheduler.tls.generate
+  where the values lack them (helm upgrade --reuse-values of an older release)
 */}}
 {{- define "kube-neuron.normalize" -}}
 {{- $v := .Values -}}
@@ -23,6 +25,11 @@ is idempotent):
 {{- if hasKey $c "replicaCount" -}}{{- $_ := set $c "replicas" (int $c.replicaCount) -}}{{- end -}}
 {{- end -}}
 {{- $cs := $v.scheduler.customScheduler -}}
+{{- /* Keys newer than some installed releases: `helm upgrade --reuse-values` renders with the
+old release's chart values, which lack them (the schema does not require them either). */ -}}
+{{- if not (hasKey $cs "mode") -}}{{- $_ := set $cs "mode" "extender" -}}{{- end -}}
+{{- if not (hasKey $cs "pluginImage") -}}{{- $_ := set $cs "pluginImage" (dict "repository" "neuron-kube-scheduler") -}}{{- end -}}
+{{- if not (hasKey $v.scheduler.tls "generate") -}}{{- $_ := set $v.scheduler.tls "generate" true -}}{{- end -}}
 {{- if not (hasKey $cs "image") -}}
 {{- $_ := set $cs "image" "registry.k8s.io/kube-scheduler:v1.36.3" -}}
 {{- end -}}
