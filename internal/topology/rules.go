@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 )
@@ -141,12 +142,26 @@ func (s *Shape) isValidSortedDeviceSet(sorted []int) bool {
 // contiguous reports whether the devices form one run along the chain or ring.
 func (s *Shape) contiguous(devices []int) bool {
 	total := s.Type.Devices
-	var inArr [16]bool // on the stack: no allocation for nodes of up to 16 devices
-	in := inArr[:]
-	if total > len(inArr) {
-		in = make([]bool, total)
+	if total > 64 {
+		return s.contiguousLong(devices)
 	}
-	in = in[:total]
+	// Bit p: the device at position p along the links is in the set. A run starts at every
+	// position in the set whose predecessor is not; a ring's first position follows its last.
+	var in uint64
+	for _, d := range devices {
+		in |= 1 << s.graph.pos[d]
+	}
+	prev := in << 1
+	if s.Kind() == KindRing {
+		prev |= in >> (total - 1) & 1
+	}
+	return bits.OnesCount64(in&^prev) == 1
+}
+
+// contiguousLong is contiguous for nodes of more than 64 devices.
+func (s *Shape) contiguousLong(devices []int) bool {
+	total := s.Type.Devices
+	in := make([]bool, total)
 	for _, d := range devices {
 		in[s.graph.pos[d]] = true
 	}
