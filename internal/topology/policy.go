@@ -90,9 +90,14 @@ func (pl *Placer) Place(p Policy, u *Usage, r Request, dst *Fit) error {
 
 // place is PlaceInto on this evaluator. On error dst is left unchanged.
 func (e *evaluator) place(p Policy, u *Usage, r Request, dst *Fit) error {
+	return e.decide(p, u, r, dst).Err(u, r)
+}
+
+// decide is place without building an error. Unless the outcome is Fits, dst is left unchanged.
+func (e *evaluator) decide(p Policy, u *Usage, r Request, dst *Fit) Outcome {
 	s := u.shape
-	if err := s.Validate(r); err != nil {
-		return err
+	if !s.accepts(r) {
+		return NotAccepted
 	}
 	e.init(u)
 	if !e.packed {
@@ -105,11 +110,7 @@ func (e *evaluator) place(p Policy, u *Usage, r Request, dst *Fit) error {
 		found = e.deviceCandidates(p, r)
 	}
 	if !found {
-		return &InsufficientError{
-			InstanceType: s.Type.Name, Request: r,
-			FreeDevices: u.FreeDevices(), FreeCores: u.FreeCores(),
-			Hint: s.describeSets(r.Count),
-		}
+		return NoFreeSet
 	}
 	dst.Damage = e.bestDamage()
 	dst.Unit = r.Unit
@@ -135,7 +136,7 @@ func (e *evaluator) place(p Policy, u *Usage, r Request, dst *Fit) error {
 	if p == BestFit {
 		dst.Score = score(dst.Damage, dst.FreeAfter)
 	}
-	return nil
+	return Fits
 }
 
 // candidate is one valid free set: devices for a device request, or the core range

@@ -81,6 +81,19 @@ func (s *Shape) validCoreCount(n int) bool {
 	return true
 }
 
+// accepts reports whether Validate accepts the request, without building its error.
+func (s *Shape) accepts(r Request) bool {
+	switch {
+	case r.Count < 1:
+		return false
+	case r.Unit == UnitDevice:
+		return s.validDeviceCount(r.Count)
+	case r.Unit == UnitCore:
+		return s.validCoreCount(r.Count)
+	}
+	return false
+}
+
 // Validate checks that the node's instance type accepts the request's count at all, whatever is
 // in use. It returns an *UnsupportedCountError with the Neuron scheduler extension's message.
 func (s *Shape) Validate(r Request) error {
