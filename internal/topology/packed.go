@@ -175,13 +175,19 @@ func (e *evaluator) keysOf(c *candidate) (dev, core uint64) {
 			took |= s.freeBit(d)
 		}
 	}
+	return e.devKeyTaking(took), core
+}
+
+// devKeyTaking is the device key after taking the free devices took (bits as freeBit sets
+// them). Neighbouring candidates often take the same free devices, and then share it.
+func (e *evaluator) devKeyTaking(took uint64) uint64 {
 	if took == 0 {
-		return e.dev, core
+		return e.dev
 	}
 	if !e.memoOK || e.tookMemo != took {
-		e.tookMemo, e.devMemo, e.memoOK = took, s.deviceKey(e.free&^took), true
+		e.tookMemo, e.devMemo, e.memoOK = took, e.s.deviceKey(e.free&^took), true
 	}
-	return e.devMemo, core
+	return e.devMemo
 }
 
 // bestDamage is the damage of the best candidate.
@@ -244,6 +250,58 @@ func (e *evaluator) bestCoresOnOneDevice(count int) bool {
 			}
 			e.devBuf = append(e.devBuf[:0], d)
 			e.keep(&candidate{devices: e.devBuf, start: d*cpd + off, count: count}, false)
+			e.bestDev, e.bestCore, e.bestHasVec = dev, core, true
+		}
+	}
+	return e.best.start >= 0
+}
+
+// bestCoresOverDevices is coreCandidates under best-fit, by packed keys, for a request whose
+// cores span want > 1 devices: a range takes the top of its first device, every core of the
+// devices between, and the bottom of its last device. It walks the ranges in the order of
+// candidate.less, so that a later range with the same keys never wins.
+func (e *evaluator) bestCoresOverDevices(want, count int) bool {
+	s, k, used := e.s, e.s.keys, e.u.used
+	cpd := s.CoresPerDevice
+	lastOffset := min(cpd-1, want*cpd-count)
+	for first := 0; first+want <= s.Devices(); first++ {
+		last := first + want - 1
+		var between uint64 // the devices between first and last, which must be free
+		blocked := false
+		for d := first + 1; d < last && !blocked; d++ {
+			between |= s.freeBit(d)
+			blocked = used[d] != 0
+		}
+		if blocked {
+			continue
+		}
+		e.devBuf = e.devBuf[:0]
+		for d := first; d <= last; d++ {
+			e.devBuf = append(e.devBuf, d)
+		}
+		if !s.isValidSortedDeviceSet(e.devBuf) {
+			continue
+		}
+		oldFirst, oldLast := used[first], used[last]
+		for off := 0; off <= lastOffset; off++ {
+			mFirst := e.full &^ (uint64(1)<<off - 1)
+			mLast := uint64(1)<<(off+count-(want-1)*cpd) - 1
+			if oldFirst&mFirst != 0 || oldLast&mLast != 0 {
+				continue
+			}
+			core := e.core - k.core[oldFirst] + k.core[oldFirst|mFirst] - k.core[oldLast] + k.core[oldLast|mLast]
+			took := between
+			if oldFirst == 0 {
+				took |= s.freeBit(first)
+			}
+			if oldLast == 0 {
+				took |= s.freeBit(last)
+			}
+			dev := e.devKeyTaking(took)
+			if e.best.start >= 0 && (dev < e.bestDev || (dev == e.bestDev && core <= e.bestCore)) {
+				continue
+			}
+			e.keep(&candidate{devices: e.devBuf, start: first*cpd + off, count: count}, false)
 			e.bestDev, e.bestCore, e.bestHasVec = dev, core, true
 		}
 	}

@@ -287,8 +287,11 @@ func (e *evaluator) coreCandidates(p Policy, r Request) bool {
 	s, u := e.s, e.u
 	cpd := s.CoresPerDevice
 	want := s.DevicesNeeded(r)
-	if e.packed && p == BestFit && want == 1 {
-		return e.bestCoresOnOneDevice(r.Count)
+	if e.packed && p == BestFit {
+		if want == 1 {
+			return e.bestCoresOnOneDevice(r.Count)
+		}
+		return e.bestCoresOverDevices(want, r.Count)
 	}
 	// A range over exactly want devices starts at most this far into its first device.
 	lastOffset := min(cpd-1, want*cpd-r.Count)
