@@ -74,6 +74,38 @@ func BenchmarkPlaceOld(b *testing.B) {
 	}
 }
 
+// BenchmarkNoFit measures a decision on a half-used node that the request does not fit:
+// PlaceInto builds the error with its message, TryPlace only reports the outcome.
+func BenchmarkNoFit(b *testing.B) {
+	u := benchUsage(b, "trn2.48xlarge", 1)
+	r := Request{Unit: UnitDevice, Count: 8}
+	for _, p := range Policies {
+		b.Run(fmt.Sprintf("PlaceInto/%s", p), func(b *testing.B) {
+			b.ReportAllocs()
+			var fit Fit
+			cpu := startCPU(b)
+			for b.Loop() {
+				if err := p.PlaceInto(u, r, &fit); err == nil {
+					b.Fatal("placed")
+				}
+			}
+			cpu.report(b)
+		})
+		b.Run(fmt.Sprintf("TryPlace/%s", p), func(b *testing.B) {
+			b.ReportAllocs()
+			var fit Fit
+			var pl Placer
+			cpu := startCPU(b)
+			for b.Loop() {
+				if pl.TryPlace(p, u, r, &fit) != NoFreeSet {
+					b.Fatal("placed")
+				}
+			}
+			cpu.report(b)
+		})
+	}
+}
+
 // cpuClock measures the CPU time of a benchmark's loop on its own thread, which a machine busy
 // with other work inflates far less than the wall-clock ns/op.
 type cpuClock struct{ start time.Duration }
