@@ -236,3 +236,17 @@ func TestTryPlaceDoesNotAllocate(t *testing.T) {
 		})
 	}
 }
+
+// TestValidRunMatchesIsValidDeviceSet checks the shortcut the core-range walk uses for runs of
+// consecutive device ids against the rules' own check, on every shape of the equivalence test.
+func TestValidRunMatchesIsValidDeviceSet(t *testing.T) {
+	for name, s := range equivalenceShapes(t) {
+		for n := 1; n <= s.Devices(); n++ {
+			for first := 0; first+n <= s.Devices(); first++ {
+				if got, want := s.validRun(first, n), s.IsValidDeviceSet(seq(first, n)); got != want {
+					t.Errorf("%s: validRun(%d, %d) = %v, IsValidDeviceSet = %v", name, first, n, got, want)
+				}
+			}
+		}
+	}
+}

@@ -275,12 +275,12 @@ func (e *evaluator) bestCoresOverDevices(want, count int) bool {
 		if blocked {
 			continue
 		}
+		if !s.validRun(first, want) {
+			continue
+		}
 		e.devBuf = e.devBuf[:0]
 		for d := first; d <= last; d++ {
 			e.devBuf = append(e.devBuf, d)
-		}
-		if !s.isValidSortedDeviceSet(e.devBuf) {
-			continue
 		}
 		oldFirst, oldLast := used[first], used[last]
 		for off := 0; off <= lastOffset; off++ {

@@ -167,7 +167,9 @@ type evaluator struct {
 	sizes                         []int // device sizes, descending, then core sizes cpd-1..1 (as negative numbers)
 	devBuf, bestDevs              []int
 	best                          candidate
-	bestHasVec                    bool
+	// bestHasVec says the best candidate's capability after it is known: bestVec, or bestDev
+	// and bestCore when packed.
+	bestHasVec bool
 	// devPartFor is the set of free devices (bit d: device d) that the candidate whose
 	// whole-device part devPart holds took; devPartOK says devPart is valid. Neighbouring core
 	// candidates often take the same free device, and then share it.
@@ -175,7 +177,7 @@ type evaluator struct {
 	devPartOK  bool
 	// packed says the shape has packed keys and candidates are compared by them: free is the
 	// free-device mask now (Shape.freeBit), dev and core the keys now, bestDev and bestCore the
-	// keys after the best candidate (valid when bestHasVec). tookMemo and devMemo remember the
+	// keys after the best candidate. tookMemo and devMemo remember the
 	// device key of the last free devices taken (memoOK: valid).
 	packed            bool
 	free              uint64
@@ -301,7 +303,7 @@ func (e *evaluator) coreCandidates(p Policy, r Request) bool {
 		for d := first; d <= last; d++ {
 			e.devBuf = append(e.devBuf, d)
 		}
-		if want > 1 && !s.isValidSortedDeviceSet(e.devBuf) {
+		if want > 1 && !s.validRun(first, want) {
 			continue
 		}
 		for start := first * cpd; start <= first*cpd+lastOffset; start++ {

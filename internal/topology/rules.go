@@ -152,18 +152,51 @@ func (s *Shape) isValidSortedDeviceSet(sorted []int) bool {
 	return false
 }
 
+// validRun is isValidSortedDeviceSet for the devices first..first+n-1.
+func (s *Shape) validRun(first, n int) bool {
+	total := s.Type.Devices
+	switch {
+	case n < 1 || first < 0 || first+n > total:
+		return false
+	case n == 1 || n == total:
+		return true
+	}
+	switch s.Kind() {
+	case KindSwitched:
+		return true
+	case KindTorus:
+		return (n == 4 || n == 8) && first%n == 0
+	case KindChain, KindRing:
+		if total > 64 {
+			return s.contiguousLong(seq(first, n))
+		}
+		var in uint64
+		for d := first; d < first+n; d++ {
+			in |= s.freeBit(d)
+		}
+		return s.contiguousMask(in)
+	}
+	return false
+}
+
 // contiguous reports whether the devices form one run along the chain or ring.
 func (s *Shape) contiguous(devices []int) bool {
 	total := s.Type.Devices
 	if total > 64 {
 		return s.contiguousLong(devices)
 	}
-	// Bit p: the device at position p along the links is in the set. A run starts at every
-	// position in the set whose predecessor is not; a ring's first position follows its last.
 	var in uint64
 	for _, d := range devices {
-		in |= 1 << s.graph.pos[d]
+		in |= s.freeBit(d)
 	}
+	return s.contiguousMask(in)
+}
+
+// contiguousMask is contiguous for the devices at the positions along the links set in in
+// (bit p: the device at position p), on a node of at most 64 devices. A run starts at every
+// position in the set whose predecessor is not; a ring's first position follows its last.
+func (s *Shape) contiguousMask(in uint64) bool {
+	total := s.Type.Devices
 	prev := in << 1
 	if s.Kind() == KindRing {
 		prev |= in >> (total - 1) & 1
