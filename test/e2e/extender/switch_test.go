@@ -53,8 +53,15 @@ func TestSwitchKeepsRunningPodsDevices(t *testing.T) {
 	}
 	before := map[string]size{"old-4": {topology.ResourceNeuron, 4}, "old-1": {topology.ResourceNeuron, 1},
 		"old-c2": {topology.ResourceNeuronCore, 2}, "old-c1": {topology.ResourceNeuronCore, 1}}
+	// 13 devices of the node's 16 in all: the new 4-device pod needs an aligned block the old
+	// one does not hold, the new single cores a device or a core the old ones leave free.
 	after := map[string]size{"new-4": {topology.ResourceNeuron, 4}, "new-1": {topology.ResourceNeuron, 1},
-		"new-c2": {topology.ResourceNeuronCore, 2}, "new-8": {topology.ResourceNeuron, 8}}
+		"new-c2": {topology.ResourceNeuronCore, 2}, "new-c1": {topology.ResourceNeuronCore, 1}}
+	spec := framework.L.Simulator().Node(node).Spec
+	shape, err := topology.NewShape(spec.InstanceType, spec.LNC)
+	if err != nil {
+		t.Fatal(err)
+	}
 	held := map[int]string{} // core of the node -> pod
 	hold := func(name string, r *allocation.Record) {
 		t.Helper()
@@ -62,6 +69,9 @@ func TestSwitchKeepsRunningPodsDevices(t *testing.T) {
 			t.Fatalf("pod %s went to %s, not %s", name, r.Node, node)
 		}
 		for _, c := range r.Containers {
+			if c.Resource == topology.ResourceNeuron && !shape.IsValidDeviceSet(c.Devices) {
+				t.Errorf("pod %s: devices %v are not a connected set of the node", name, c.Devices)
+			}
 			for _, core := range c.Cores {
 				if other, ok := held[core]; ok {
 					t.Errorf("core %d of %s is held by %s and %s", core, node, other, name)
