@@ -163,7 +163,7 @@ type Lab struct {
 	extenderURL string
 	// kubeScheduler: neuron-kube-scheduler runs as my-scheduler (ComponentKubeScheduler).
 	kubeScheduler bool
-	autoscaler  *Process
+	autoscaler    *Process
 	// reservations are passed to neuron-autoscaler by StartAutoscaler (the fleet's, or
 	// SetReservations').
 	reservations []FleetReservation

@@ -13,7 +13,7 @@ import (
 func TestScheduling(t *testing.T) {
 	asked := []string{lab.ComponentDevicePlugin, lab.ComponentExtender, lab.ComponentAutoscaler}
 	for _, tc := range []struct {
-		env, want string
+		env, want  string
 		components []string
 	}{
 		{"", SchedulingExtender, asked},
