@@ -134,7 +134,7 @@ func TestAWSValuesFileWithTheExtender(t *testing.T) {
 	t.Parallel()
 	values := awsValuesFile(t, withoutAWSImages)
 	out, err := runHelmExactly(t, "template", release, chartDir, "--namespace", releaseNS, "--values", values,
-		"--set", "image.registry="+testRegistry, "--set", "scheduler.enabled=true", "--set", "npd.enabled=false", "--set", "scheduler.replicaCount=3")
+		"--set", "image.registry="+testRegistry, "--set", "scheduler.enabled=true", "--set", extenderMode, "--set", "npd.enabled=false", "--set", "scheduler.replicaCount=3")
 	if err != nil {
 		t.Fatal(err)
 	}

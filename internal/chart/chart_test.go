@@ -84,7 +84,7 @@ func TestSeedInstallCommands(t *testing.T) {
 	}, {
 		name: "(c) scheduler extender with a second scheduler",
 		sets: []string{"scheduler.enabled=true", "npd.enabled=false"},
-		want: objects(devicePluginObjects, extenderObjects, pdbObjects, networkPolicyObjects, mySchedulerObjects), // checked in TestSchedulerSeedInstallCommands
+		want: objects(devicePluginObjects, mySchedulerObjects), // my-scheduler in the default mode, the plugin; checked in TestSchedulerSeedInstallCommands
 	}, {
 		name: "(d) scheduler extender with the default scheduler",
 		sets: []string{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true", "npd.enabled=false"},
@@ -467,8 +467,8 @@ func TestContradictoryValuesFail(t *testing.T) {
 	}{
 		{"DRA driver with the device plugin", []string{"draDriver.enabled=true"}, draMsg},
 		{"DRA driver with the device plugin, without npd", []string{"draDriver.enabled=true", "npd.enabled=false", "devicePlugin.allowWithDRA=false"}, draMsg},
-		{"both scheduler registrations", []string{"scheduler.enabled=true", "scheduler.defaultScheduler.enabled=true"}, schedulerMsg},
-		{"both scheduler registrations, extender off", []string{"scheduler.defaultScheduler.enabled=true", "scheduler.customScheduler.enabled=true"}, schedulerMsg},
+		{"both scheduler registrations", []string{"scheduler.enabled=true", extenderMode, "scheduler.defaultScheduler.enabled=true"}, schedulerMsg},
+		{"both scheduler registrations, extender off", []string{"scheduler.defaultScheduler.enabled=true", extenderMode, "scheduler.customScheduler.enabled=true"}, schedulerMsg},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -159,7 +159,7 @@ func TestComponentPods(t *testing.T) {
 		affinity:        neuronAffinity(families, instances, draMode(corev1.NodeSelectorOpIn, labels.AllocationModeDRA), notEKSComputeTypes),
 		env:             draEnv,
 	}, {
-		name: "scheduler extender", sets: []string{"scheduler.enabled=true", "npd.enabled=false"},
+		name: "scheduler extender", sets: []string{"scheduler.enabled=true", extenderMode, "npd.enabled=false"},
 		kind: "Deployment", ns: "kube-system", workload: "k8s-neuron-scheduler",
 		podSecurityContext: nonRootPod, securityContext: nonRoot,
 		affinity: &corev1.Affinity{PodAntiAffinity: spreadOverNodes(map[string]string{

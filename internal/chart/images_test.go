@@ -12,9 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// allComponents enables every component of the chart at once.
+// allComponents enables every component of the chart at once (my-scheduler in mode extender,
+// which runs two images; mode plugin's neuron-kube-scheduler is TestSchedulerPluginMode's).
 var allComponents = append([]string{
 	"scheduler.enabled=true",
+	extenderMode,
 	"draDriver.enabled=true",
 	"devicePlugin.allowWithDRA=true",
 }, autoscalerEC2...)

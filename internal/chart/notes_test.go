@@ -60,7 +60,7 @@ func TestNotes(t *testing.T) {
 	}{
 		{"defaults", nil, []string{checkDS, neuronCols, coreCols, checkNPD}, []string{checkDC, extender}},
 		{"device plugin only", []string{"npd.enabled=false"}, []string{checkDS, neuronCols, coreCols}, []string{checkNPD, checkDC}},
-		{"scheduler", []string{"scheduler.enabled=true", "npd.enabled=false"}, []string{checkDS, extender}, []string{checkNPD}},
+		{"scheduler", []string{"scheduler.enabled=true", extenderMode, "npd.enabled=false"}, []string{checkDS, extender}, []string{checkNPD}},
 		{"DRA", []string{"devicePlugin.enabled=false", "npd.enabled=false", "draDriver.enabled=true"}, []string{checkDC}, []string{checkDS, checkNPD}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,8 +16,12 @@ import (
 	"github.com/kube-neuron/kube-neuron/internal/lab"
 )
 
-// pluginMode runs my-scheduler as neuron-kube-scheduler.
+// pluginMode runs my-scheduler as neuron-kube-scheduler (the default).
 const pluginMode = "scheduler.customScheduler.mode=plugin"
+
+// extenderMode runs my-scheduler as the stock kube-scheduler calling the extender: the tests of
+// the extender's objects set it.
+const extenderMode = "scheduler.customScheduler.mode=extender"
 
 // myConfig decodes my-scheduler's KubeSchedulerConfiguration as plain YAML, every field kept.
 func myConfig(t *testing.T, m manifest, ns string) map[string]any {

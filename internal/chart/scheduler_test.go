@@ -159,7 +159,13 @@ func TestSchedulerSeedInstallCommands(t *testing.T) {
 	t.Parallel()
 	t.Run("(c) scheduler extender with a second scheduler", func(t *testing.T) {
 		t.Parallel()
-		m := render(t, "scheduler.enabled=true", "npd.enabled=false")
+		// The seed's command installs my-scheduler in the default mode, the plugin: nothing of
+		// the extender.
+		if got, want := render(t, "scheduler.enabled=true", "npd.enabled=false").names(), objects(devicePluginObjects, mySchedulerObjects); !slices.Equal(got, want) {
+			t.Fatalf("the seed's command, rendered objects:\n  got  %q\n  want %q", got, want)
+		}
+		// With mode extender, the extender the seed's words name.
+		m := render(t, "scheduler.enabled=true", extenderMode, "npd.enabled=false")
 		if got, want := m.names(), objects(devicePluginObjects, extenderObjects, pdbObjects, networkPolicyObjects, mySchedulerObjects); !slices.Equal(got, want) {
 			t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
 		}
@@ -464,7 +470,7 @@ func checkMyScheduler(t *testing.T, m manifest, ns string, plugin bool) {
 func TestSchedulerValues(t *testing.T) {
 	t.Parallel()
 	m := render(t,
-		"npd.enabled=false",
+		"npd.enabled=false", extenderMode,
 		"image.registry=registry.example.com/kube-neuron",
 		"image.tag=v9",
 		"imagePullSecrets[0].name=pull",
@@ -581,7 +587,7 @@ func TestSchedulerDefaultSchedulerValues(t *testing.T) {
 // TestSchedulerOneReplica: one replica renders no PodDisruptionBudget (it would block every drain).
 func TestSchedulerOneReplica(t *testing.T) {
 	t.Parallel()
-	m := render(t, "scheduler.enabled=true", "scheduler.replicas=1", "npd.enabled=false")
+	m := render(t, "scheduler.enabled=true", extenderMode, "scheduler.replicas=1", "npd.enabled=false")
 	if got, want := m.names(), objects(devicePluginObjects, extenderObjects, networkPolicyObjects, mySchedulerObjects); !slices.Equal(got, want) {
 		t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
 	}
@@ -623,7 +629,7 @@ func TestSchedulerNeedsDevicePlugin(t *testing.T) {
 	} {
 		t.Run(strings.Join(sets, " "), func(t *testing.T) {
 			t.Parallel()
-			m := render(t, append([]string{"scheduler.enabled=true", "devicePlugin.enabled=false", "npd.enabled=false"}, sets...)...)
+			m := render(t, append([]string{"scheduler.enabled=true", extenderMode, "devicePlugin.enabled=false", "npd.enabled=false"}, sets...)...)
 			if got, want := m.names(), objects(extenderObjects, pdbObjects, networkPolicyObjects, mySchedulerObjects); !slices.Equal(got, want) {
 				t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
 			}
@@ -708,8 +714,8 @@ func TestSchedulerNotes(t *testing.T) {
 		sets      []string
 		want, not []string
 	}{
-		{"second scheduler", []string{"scheduler.enabled=true"}, []string{check, url, optIn, checkMy, "need a client certificate", generated}, []string{getConfig, configFlag, open, plainURL, "neuron-kube-scheduler"}},
-		{"plain HTTP", []string{"scheduler.enabled=true", "scheduler.tls.enabled=false"}, []string{plainURL, open}, []string{url, "client certificate"}},
+		{"second scheduler", []string{"scheduler.enabled=true", extenderMode}, []string{check, url, optIn, checkMy, "need a client certificate", generated}, []string{getConfig, configFlag, open, plainURL, "neuron-kube-scheduler"}},
+		{"plain HTTP", []string{"scheduler.enabled=true", extenderMode, "scheduler.tls.enabled=false"}, []string{plainURL, open}, []string{url, "client certificate"}},
 		{"plugin", []string{"scheduler.enabled=true", "scheduler.customScheduler.mode=plugin", "scheduler.admissionPolicy.enabled=true"},
 			[]string{"neuron-kube-scheduler (scheduler.customScheduler.mode plugin)", optIn, checkMy, "no extender runs", "MutatingAdmissionPolicy neuron-pods-use-my-scheduler"},
 			[]string{check, url, plainURL, "client certificate", open}},
@@ -718,7 +724,7 @@ func TestSchedulerNotes(t *testing.T) {
 				`kubectl get secret my-scheduler-extender-client-tls -n kube-system -o jsonpath='{.data.tls\.key}' | base64 -d > /etc/kubernetes/pki/neuron-scheduler-extender/tls.key`},
 			[]string{optIn, checkMy}},
 		{"off", nil, nil, []string{check, optIn, getConfig}},
-		{"TLS from your Secrets and the admission policy", []string{"scheduler.enabled=true", "scheduler.tls.generate=false", "scheduler.admissionPolicy.enabled=true"},
+		{"TLS from your Secrets and the admission policy", []string{"scheduler.enabled=true", extenderMode, "scheduler.tls.generate=false", "scheduler.admissionPolicy.enabled=true"},
 			[]string{"https://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345", "need a client certificate signed by the ca.crt of Secret\n  k8s-neuron-scheduler-tls",
 				"(create both Secrets yourself: docs/security.md)", "MutatingAdmissionPolicy neuron-pods-use-my-scheduler", "port 9467"},
 			[]string{plainURL, open, generated}},
@@ -745,7 +751,7 @@ func TestSchedulerNotes(t *testing.T) {
 
 func TestSchedulerMirrorNeedsNodePatch(t *testing.T) {
 	for mirror, want := range map[string]bool{"true": true, "false": false} {
-		m := render(t, "scheduler.enabled=true", "npd.enabled=false", "scheduler.mirrorUsageAnnotations="+mirror)
+		m := render(t, "scheduler.enabled=true", extenderMode, "npd.enabled=false", "scheduler.mirrorUsageAnnotations="+mirror)
 		role := get[rbacv1.ClusterRole](t, m, "ClusterRole", "", "k8s-neuron-scheduler")
 		for _, r := range role.Rules {
 			if slices.Contains(r.Resources, "nodes") && slices.Contains(r.Verbs, "patch") != want {
@@ -760,7 +766,7 @@ func TestSchedulerMirrorNeedsNodePatch(t *testing.T) {
 // means (the local lab installs the chart so when it runs both as host processes).
 func TestSchedulerWithoutReplicas(t *testing.T) {
 	t.Parallel()
-	m := render(t, "scheduler.enabled=true", "scheduler.replicas=0", "scheduler.customScheduler.replicas=0")
+	m := render(t, "scheduler.enabled=true", extenderMode, "scheduler.replicas=0", "scheduler.customScheduler.replicas=0")
 	for _, o := range m {
 		switch obj := o.Obj.(type) {
 		case *appsv1.Deployment:
@@ -771,7 +777,7 @@ func TestSchedulerWithoutReplicas(t *testing.T) {
 			t.Errorf("PodDisruptionBudget %s rendered for 0 replicas", obj.Name)
 		}
 	}
-	notes := renderNotes(t, "scheduler.enabled=true", "scheduler.replicas=0", "scheduler.customScheduler.replicas=0")
+	notes := renderNotes(t, "scheduler.enabled=true", extenderMode, "scheduler.replicas=0", "scheduler.customScheduler.replicas=0")
 	for _, want := range []string{"scheduler.replicas is 0: no extender runs", "scheduler.customScheduler.replicas is 0: no my-scheduler runs"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES.txt lacks %q", want)

@@ -87,7 +87,7 @@ func extenderTLS(t *testing.T, m manifest, name, key string) (urlPrefix string, 
 
 func TestSchedulerTLS(t *testing.T) {
 	t.Parallel()
-	m := render(t, "scheduler.enabled=true", "npd.enabled=false", "scheduler.tls.enabled=true")
+	m := render(t, "scheduler.enabled=true", extenderMode, "npd.enabled=false", "scheduler.tls.enabled=true")
 	d := get[appsv1.Deployment](t, m, "Deployment", "kube-system", "k8s-neuron-scheduler")
 	spec := d.Spec.Template.Spec
 	c := spec.Containers[0]
@@ -176,7 +176,7 @@ func TestSchedulerTLS(t *testing.T) {
 
 func TestSchedulerCertManager(t *testing.T) {
 	t.Parallel()
-	own := render(t, "scheduler.enabled=true", "npd.enabled=false", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true")
+	own := render(t, "scheduler.enabled=true", extenderMode, "npd.enabled=false", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true")
 	var names []string
 	for _, n := range own.names() {
 		if strings.HasPrefix(n, "Certificate ") || strings.HasPrefix(n, "Issuer ") {
@@ -212,7 +212,7 @@ func TestSchedulerCertManager(t *testing.T) {
 	}
 
 	// Your issuer: no CA of the chart's own.
-	yours := render(t, "scheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true",
+	yours := render(t, "scheduler.enabled=true", extenderMode, "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true",
 		"scheduler.tls.certManager.issuerRef.name=corp-ca", "scheduler.tls.certManager.issuerRef.kind=ClusterIssuer",
 		"scheduler.tls.serverSecretName=ext", "scheduler.tls.clientSecretName=cli", "scheduler.tls.certManager.duration=24h", "scheduler.tls.certManager.renewBefore=8h")
 	for _, name := range []string{"k8s-neuron-scheduler", "my-scheduler-extender-client"} {
@@ -231,7 +231,7 @@ func TestSchedulerCertManager(t *testing.T) {
 
 func TestSchedulerNetworkPolicy(t *testing.T) {
 	t.Parallel()
-	m := render(t, "scheduler.enabled=true", "npd.enabled=false")
+	m := render(t, "scheduler.enabled=true", extenderMode, "npd.enabled=false")
 	np := get[networkingv1.NetworkPolicy](t, m, "NetworkPolicy", "kube-system", "k8s-neuron-scheduler")
 	ext := get[appsv1.Deployment](t, m, "Deployment", "kube-system", "k8s-neuron-scheduler")
 	my := get[appsv1.Deployment](t, m, "Deployment", "kube-system", "my-scheduler")
@@ -260,7 +260,7 @@ func TestSchedulerNetworkPolicy(t *testing.T) {
 	}
 
 	// Scrapers from one namespace only.
-	m = render(t, "scheduler.enabled=true", `scheduler.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring`)
+	m = render(t, "scheduler.enabled=true", extenderMode, `scheduler.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring`)
 	np = get[networkingv1.NetworkPolicy](t, m, "NetworkPolicy", "kube-system", "k8s-neuron-scheduler")
 	wantFrom := []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}}
 	if !reflect.DeepEqual(np.Spec.Ingress[1].From, wantFrom) {
@@ -320,7 +320,7 @@ func TestSchedulerAdmissionPolicy(t *testing.T) {
 // after ordinary workloads.
 func TestPriorityClasses(t *testing.T) {
 	t.Parallel()
-	m := render(t, append([]string{"scheduler.enabled=true", "draDriver.enabled=true", "devicePlugin.allowWithDRA=true"}, autoscalerEC2...)...)
+	m := render(t, append([]string{"scheduler.enabled=true", extenderMode, "draDriver.enabled=true", "devicePlugin.allowWithDRA=true"}, autoscalerEC2...)...)
 	for _, tc := range []struct{ kind, ns, name, want string }{
 		{"DaemonSet", "kube-system", "neuron-device-plugin", "system-node-critical"},
 		{"DaemonSet", "neuron-dra-driver", "neuron-dra-driver-kubelet-plugin", "system-node-critical"},
@@ -483,7 +483,7 @@ var contradictions = []struct {
 		"devicePlugin.enabled and draDriver.enabled are both true: a node must run the device plugin or the DRA driver, never both."},
 	{"DRA ports", []string{"devicePlugin.enabled=false", "draDriver.enabled=true", "draDriver.metricsPort=51515"},
 		"draDriver.healthcheckPort and draDriver.metricsPort are both 51515"},
-	{"both scheduler registrations", []string{"scheduler.enabled=true", "scheduler.defaultScheduler.enabled=true"},
+	{"both scheduler registrations", []string{"scheduler.enabled=true", extenderMode, "scheduler.defaultScheduler.enabled=true"},
 		"scheduler.customScheduler.enabled and scheduler.defaultScheduler.enabled are both true"},
 	{"the plugin and the default scheduler", []string{"scheduler.enabled=true", "scheduler.customScheduler.mode=plugin", "scheduler.defaultScheduler.enabled=true"},
 		"scheduler.customScheduler.mode is plugin and scheduler.defaultScheduler.enabled is true: my-scheduler (neuron-kube-scheduler) and the default scheduler with the extender would both place Neuron pods on the same nodes"},

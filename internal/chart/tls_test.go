@@ -80,7 +80,7 @@ func parseCert(t *testing.T, what string, data []byte) *x509.Certificate {
 // template carries their checksum, so that new certificates restart it.
 func TestSchedulerTLSGenerated(t *testing.T) {
 	t.Parallel()
-	m, g := renderTLS(t, "neuron", "scheduler.enabled=true", "scheduler.namespace=neuron")
+	m, g := renderTLS(t, "neuron", "scheduler.enabled=true", extenderMode, "scheduler.namespace=neuron")
 	if !bytes.Equal(g.server.Data["ca.crt"], g.client.Data["ca.crt"]) {
 		t.Fatalf("the two Secrets' ca.crt differ: the chart's one CA signs both certificates")
 	}
@@ -109,7 +109,7 @@ func TestSchedulerTLSGenerated(t *testing.T) {
 		}
 	}
 
-	_, again := renderTLS(t, "neuron", "scheduler.enabled=true", "scheduler.namespace=neuron")
+	_, again := renderTLS(t, "neuron", "scheduler.enabled=true", extenderMode, "scheduler.namespace=neuron")
 	if bytes.Equal(again.server.Data["ca.crt"], g.server.Data["ca.crt"]) {
 		t.Errorf("two renders without a cluster gave the same CA")
 	}
@@ -138,7 +138,7 @@ func TestSchedulerTLSSources(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			m := render(t, append([]string{"scheduler.enabled=true", "npd.enabled=false"}, tc.sets...)...)
+			m := render(t, append([]string{"scheduler.enabled=true", extenderMode, "npd.enabled=false"}, tc.sets...)...)
 			var secrets, issued bool
 			for _, o := range m {
 				secrets = secrets || o.Kind == "Secret"
@@ -162,7 +162,7 @@ func TestSchedulerTLSSources(t *testing.T) {
 // with a certificate of another CA are refused.
 func TestGeneratedCertificatesRefuseOtherClients(t *testing.T) {
 	t.Parallel()
-	m, g := renderTLS(t, "kube-system", "scheduler.enabled=true")
+	m, g := renderTLS(t, "kube-system", "scheduler.enabled=true", extenderMode)
 	_, _, tc := extenderTLS(t, m, "my-scheduler-config", "my-scheduler-config.yaml")
 
 	// The files where the Deployment's env says, under a directory of the test's.

@@ -61,7 +61,10 @@ func LabChartValues(realNodes bool, verbosity int) map[string]any {
 		"scheduler": map[string]any{
 			"enabled":         true,
 			"replicas":        replicas,
-			"customScheduler": map[string]any{"replicas": replicas},
+			// The real-node tier checks the extender's pods (mutual TLS between them and
+			// my-scheduler, the Service's DNS name); the plugin mode is checked on the lab's
+			// host processes (KUBE_NEURON_SCHEDULING=plugin).
+			"customScheduler": map[string]any{"replicas": replicas, "mode": "extender"},
 			"args":            args,
 		},
 		"neuronNodes": map[string]any{

@@ -42,7 +42,8 @@ var installs = []struct {
 }{
 	{"seed 000: defaults, device plugin and node problem detector", nil},
 	{"seed 000: device plugin only", []string{"npd.enabled=false"}},
-	{"seeds 001, 004: scheduler extender with my-scheduler", []string{"scheduler.enabled=true", "npd.enabled=false"}},
+	{"seeds 001, 004: my-scheduler (the seed's command: the default mode, the plugin)", []string{"scheduler.enabled=true", "npd.enabled=false"}},
+	{"seeds 001, 004: scheduler extender with my-scheduler", []string{"scheduler.enabled=true", "scheduler.customScheduler.mode=extender", "npd.enabled=false"}},
 	{"seeds 001, 004: scheduler extender with the default scheduler", []string{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true", "npd.enabled=false"}},
 	{"seed 003: DRA driver only", []string{"devicePlugin.enabled=false", "npd.enabled=false", "draDriver.enabled=true"}},
 	{"autoscaler with the ec2 provider", append([]string{"npd.enabled=false"}, ec2...)},
@@ -52,15 +53,15 @@ var installs = []struct {
 	{"autoscaler with a catalog file: your ConfigMap", []string{"autoscaler.enabled=true", "autoscaler.provider=local", "autoscaler.catalog.configMapName=neuron-prices", "autoscaler.catalog.configMapKey=prices.yaml"}},
 	{"device plugin and DRA driver on different nodes", []string{"draDriver.enabled=true", "devicePlugin.allowWithDRA=true"}},
 	{"hardened: TLS from the chart's own cert-manager CA, admission policy, scrapers from one namespace", append([]string{
-		"scheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true",
+		"scheduler.enabled=true", "scheduler.customScheduler.mode=extender", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true",
 		"scheduler.admissionPolicy.enabled=true", "scheduler.customScheduler.replicas=2",
 		`scheduler.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring`,
 		"draDriver.enabled=true", "devicePlugin.allowWithDRA=true"}, ec2...)},
-	{"TLS from your ClusterIssuer", []string{"scheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true",
+	{"TLS from your ClusterIssuer", []string{"scheduler.enabled=true", "scheduler.customScheduler.mode=extender", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true",
 		"scheduler.tls.certManager.issuerRef.name=corp-ca", "scheduler.tls.certManager.issuerRef.kind=ClusterIssuer"}},
 	{"default scheduler with TLS from your own Secrets and the control plane's CIDRs", []string{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false",
 		"scheduler.defaultScheduler.enabled=true", "scheduler.tls.generate=false", "scheduler.networkPolicy.controlPlaneCIDRs={10.0.0.0/24}"}},
-	{"scheduler extender over plain HTTP", []string{"scheduler.enabled=true", "scheduler.tls.enabled=false", "npd.enabled=false"}},
+	{"scheduler extender over plain HTTP", []string{"scheduler.enabled=true", "scheduler.customScheduler.mode=extender", "scheduler.tls.enabled=false", "npd.enabled=false"}},
 	{"my-scheduler with the NeuronTopology plugin (neuron-kube-scheduler), two replicas, admission policy", []string{"scheduler.enabled=true",
 		"scheduler.customScheduler.mode=plugin", "scheduler.customScheduler.replicas=2", "scheduler.admissionPolicy.enabled=true", "npd.enabled=false"}},
 }
@@ -253,7 +254,8 @@ func TestContradictionsRefused(t *testing.T) {
 		want string
 	}{
 		{[]string{"draDriver.enabled=true"}, "a node must run the device plugin or the DRA driver, never both"},
-		{[]string{"scheduler.enabled=true", "scheduler.defaultScheduler.enabled=true"}, "the scheduler extender registers with one scheduler"},
+		{[]string{"scheduler.enabled=true", "scheduler.customScheduler.mode=extender", "scheduler.defaultScheduler.enabled=true"}, "the scheduler extender registers with one scheduler"},
+		{[]string{"scheduler.enabled=true", "scheduler.defaultScheduler.enabled=true"}, "set --set scheduler.customScheduler.enabled=false to register the extender with the default scheduler"},
 		{[]string{"scheduler.admissionPolicy.enabled=true"}, "my-scheduler is not installed"},
 		{[]string{"scheduler.enabled=true", "scheduler.tls.enabled=false", "scheduler.tls.certManager.enabled=true"}, "scheduler.tls.enabled is false"},
 		{[]string{"scheduler.enabled=true", "scheduler.customScheduler.mode=plugin", "scheduler.defaultScheduler.enabled=true"}, "would both place Neuron pods on the same nodes"},

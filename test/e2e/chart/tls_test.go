@@ -32,7 +32,7 @@ func TestGeneratedCertificatesSurviveUpgrades(t *testing.T) {
 	upgrade := func() {
 		t.Helper()
 		if out, err := framework.L.Helm(ctx, helm, "upgrade", "--install", rel, filepath.Join(root, framework.Chart), "--namespace", ns, "--create-namespace",
-			"--set", "image.localImages=true", "--set", "scheduler.enabled=true", "--set", "scheduler.namespace="+ns,
+			"--set", "image.localImages=true", "--set", "scheduler.enabled=true", "--set", "scheduler.customScheduler.mode=extender", "--set", "scheduler.namespace="+ns,
 			"--set", "npd.enabled=false", "--set", "devicePlugin.enabled=false", "--set", "scheduler.allowWithoutDevicePlugin=true"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}

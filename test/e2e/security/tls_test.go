@@ -93,7 +93,7 @@ func TestExtenderTLSWithKubeScheduler(t *testing.T) {
 
 	// The chart's my-scheduler configuration with TLS, pointed at this extender.
 	var cfgData string
-	for _, o := range framework.RenderChart(t, "kube-neuron", "kube-system", "scheduler.enabled=true", "scheduler.tls.enabled=true") {
+	for _, o := range framework.RenderChart(t, "kube-neuron", "kube-system", "scheduler.enabled=true", "scheduler.customScheduler.mode=extender", "scheduler.tls.enabled=true") {
 		if o.GetKind() == "ConfigMap" && o.GetName() == "my-scheduler-config" {
 			cfgData, _, _ = unstructuredString(o.Object, "data", "my-scheduler-config.yaml")
 		}
