@@ -55,7 +55,7 @@ type Extender struct {
 	api    *api    // the HTTP layer's request state
 
 	warnings observe.Throttle // when each pod was last warned
-	reread   rereads  // pods whose cached copy lost a conflict
+	reread   rereads          // pods whose cached copy lost a conflict
 }
 
 // New creates the extender; Start runs its informers.

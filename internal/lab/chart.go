@@ -59,8 +59,8 @@ func LabChartValues(realNodes bool, verbosity int) map[string]any {
 		"draDriver":    map[string]any{"enabled": true, "args": args},
 		"devicePlugin": map[string]any{"allowWithDRA": true, "args": args},
 		"scheduler": map[string]any{
-			"enabled":         true,
-			"replicas":        replicas,
+			"enabled":  true,
+			"replicas": replicas,
 			// The real-node tier checks the extender's pods (mutual TLS between them and
 			// my-scheduler, the Service's DNS name); the plugin mode is checked on the lab's
 			// host processes (KUBE_NEURON_SCHEDULING=plugin).
