@@ -383,7 +383,8 @@ func prepareDir(dir string) error {
 	return nil
 }
 
-// start starts one control-plane process, records it in the state and in c.procs.
+// start starts one control-plane process, records it in the state and in c.procs. binary is a
+// file of BinDir or an absolute path.
 func (c *ControlPlane) start(ctx context.Context, name, binary string, order int, args []string) (*Process, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -395,9 +396,12 @@ func (c *ControlPlane) start(ctx context.Context, name, binary string, order int
 			return nil, fmt.Errorf("start %s: a process of that name already runs (pid %d): pick another name", name, lp.p.PID())
 		}
 	}
+	if !filepath.IsAbs(binary) {
+		binary = filepath.Join(c.binDir, binary)
+	}
 	po := ProcessOptions{
 		Name:    name,
-		Path:    filepath.Join(c.binDir, binary),
+		Path:    binary,
 		Args:    args,
 		LogPath: c.LogPath(name),
 		Detach:  c.detach,
@@ -425,6 +429,12 @@ func (c *ControlPlane) start(ctx context.Context, name, binary string, order int
 // returns once /healthz answers ok. Its log is LogPath(name). Extenders of a configuration
 // apply to all its profiles: give a scheduler with extenders its own process.
 func (c *ControlPlane) StartScheduler(ctx context.Context, name string, config []byte) error {
+	return c.StartSchedulerBinary(ctx, name, "kube-scheduler", config)
+}
+
+// StartSchedulerBinary is StartScheduler with another binary that takes kube-scheduler's
+// flags and configuration (neuron-kube-scheduler): path is absolute, or a file of BinDir.
+func (c *ControlPlane) StartSchedulerBinary(ctx context.Context, name, path string, config []byte) error {
 	if !processNameRE.MatchString(name) {
 		return fmt.Errorf("start scheduler %q: the name must be lowercase letters, digits, '-' and '.'", name)
 	}
@@ -471,7 +481,7 @@ func (c *ControlPlane) StartScheduler(ctx context.Context, name string, config [
 		return fmt.Errorf("start scheduler %s: %w", name, err)
 	}
 	ports := []int{port}
-	p, err := c.start(ctx, name, "kube-scheduler", StopOrderControllers, []string{
+	p, err := c.start(ctx, name, path, StopOrderControllers, []string{
 		"--config=" + cfgPath,
 		"--authentication-kubeconfig=" + c.internalKubeconfig,
 		"--authorization-kubeconfig=" + c.internalKubeconfig,

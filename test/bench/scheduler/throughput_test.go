@@ -1,8 +1,9 @@
 //go:build e2e
 
 // Package scheduler measures scheduling throughput through a real kube-scheduler on one fleet
-// of fake nodes: without an extender (plain), with a do-nothing extender (nothing) and with
-// neuron-scheduler-extender (ours). See README.md.
+// of fake nodes: without an extender (plain), with a do-nothing extender (nothing), with
+// neuron-scheduler-extender (ours) and neuron-kube-scheduler, the NeuronTopology plugin compiled
+// into kube-scheduler (plugin). See README.md.
 package scheduler
 
 import (
@@ -41,6 +42,7 @@ const (
 	kindPlain   = "plain"
 	kindNothing = "nothing"
 	kindOurs    = "ours"
+	kindPlugin  = "plugin"
 	// kindOursNoPrio is ours without the prioritize verb (a diagnostic: the scheduler's own
 	// scores spread the pods, so binds rarely wait for each other on one node).
 	kindOursNoPrio = "ours-noprio"
@@ -74,17 +76,17 @@ func loadSettings(b *testing.B) settings {
 }
 
 // kinds are the schedulers to run, in order: BENCH_SCHEDULERS (comma-separated) or
-// plain,nothing,ours.
+// plain,nothing,ours,plugin.
 func kinds(b *testing.B) []string {
 	v := os.Getenv("BENCH_SCHEDULERS")
 	if v == "" {
-		return []string{kindPlain, kindNothing, kindOurs}
+		return []string{kindPlain, kindNothing, kindOurs, kindPlugin}
 	}
 	var out []string
 	for _, k := range strings.Split(v, ",") {
 		k = strings.TrimSpace(k)
-		if !slices.Contains([]string{kindPlain, kindNothing, kindOurs, kindOursNoPrio}, k) {
-			b.Fatalf("BENCH_SCHEDULERS: unknown scheduler %q (plain, nothing, ours, ours-noprio)", k)
+		if !slices.Contains([]string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio}, k) {
+			b.Fatalf("BENCH_SCHEDULERS: unknown scheduler %q (plain, nothing, ours, plugin, ours-noprio)", k)
 		}
 		out = append(out, k)
 	}
@@ -127,9 +129,10 @@ func meanRates(results []result) map[string]float64 {
 
 // env is what every run shares.
 type env struct {
-	s      settings
-	cp     *lab.ControlPlane
-	client kubernetes.Interface
+	s         settings
+	cp        *lab.ControlPlane
+	client    kubernetes.Interface
+	pluginBin string // neuron-kube-scheduler, when plugin runs
 }
 
 // result is one scheduler's run.
@@ -151,16 +154,24 @@ type result struct {
 // rate is the drain rate: pods bound per second between the first and the last binding.
 func (r result) rate() float64 { return benchutil.Rate(r.pods, r.drain) }
 
-// BenchmarkSchedulingThroughput drains a backlog of pods through three kube-scheduler processes
-// in turn, on the same nodes: plain, with a do-nothing extender, with ours.
+// BenchmarkSchedulingThroughput drains a backlog of pods through four kube-scheduler processes
+// in turn, on the same nodes: plain, with a do-nothing extender, with ours, and
+// neuron-kube-scheduler (the plugin).
 //
 //	go test -tags e2e -run '^$' -bench SchedulingThroughput -benchtime 1x ./test/bench/scheduler/
 func BenchmarkSchedulingThroughput(b *testing.B) {
 	s := loadSettings(b)
+	var pluginBin string
+	if slices.Contains(s.kinds, kindPlugin) {
+		var err error
+		if pluginBin, err = pluginBinary(); err != nil {
+			b.Fatal(err)
+		}
+	}
 	begin := time.Now()
 	l := benchutil.StartLab(b, "kn-bench-", s.keep)
 	ctx, client, dir := l.Ctx, l.Client, l.Dir
-	e := &env{s: s, cp: l.CP, client: client}
+	e := &env{s: s, cp: l.CP, client: client, pluginBin: pluginBin}
 	if err := createNodes(ctx, client, s.nodes); err != nil {
 		b.Fatal(err)
 	}
@@ -187,18 +198,17 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	}
 	b.StopTimer()
 	n := float64(b.N)
-	b.ReportMetric(sums[kindPlain]/n, "pods/s-plain")
-	b.ReportMetric(sums[kindNothing]/n, "pods/s-nothing")
-	b.ReportMetric(sums[kindOurs]/n, "pods/s-ours")
-	if slices.Contains(s.kinds, kindOursNoPrio) {
-		b.ReportMetric(sums[kindOursNoPrio]/n, "pods/s-ours-noprio")
+	for _, k := range s.kinds {
+		b.ReportMetric(sums[k]/n, "pods/s-"+k)
 	}
-	if sums[kindNothing] > 0 {
-		b.ReportMetric(sums[kindOurs]/sums[kindNothing], "ratio-ours/nothing")
-	}
-	if sums[kindPlain] > 0 {
-		b.ReportMetric(sums[kindNothing]/sums[kindPlain], "ratio-nothing/plain")
-		b.ReportMetric(sums[kindOurs]/sums[kindPlain], "ratio-ours/plain")
+	// Ratios of the means, for the schedulers that ran.
+	for _, q := range [][2]string{
+		{kindOurs, kindNothing}, {kindNothing, kindPlain}, {kindOurs, kindPlain},
+		{kindPlugin, kindPlain}, {kindPlugin, kindOurs},
+	} {
+		if slices.Contains(s.kinds, q[0]) && sums[q[1]] > 0 {
+			b.ReportMetric(sums[q[0]]/sums[q[1]], "ratio-"+q[0]+"/"+q[1])
+		}
 	}
 	b.ReportMetric(0, "ns/op") // the wall time of an iteration says nothing
 }
@@ -240,7 +250,7 @@ func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
 	defer stopCPUProfile()
 	cpu0 := benchutil.CPUSeconds(e.cp)
 	start := time.Now()
-	if err := e.cp.StartScheduler(ctx, name, schedConfig); err != nil {
+	if err := e.startScheduler(ctx, kind, name, schedConfig); err != nil {
 		return r, err
 	}
 	defer func() {
@@ -310,13 +320,26 @@ func (x *runExtender) since(x0 instruments, r *result) {
 	r.limiter = time.Duration(x.limiter.waited.Load() - x0.waited)
 }
 
-// startExtender starts the kind's extender, none for plain, and returns the configuration of
-// the scheduler called name that calls it. Ours runs until runCtx ends; call shutdown, when
-// set, even on an error.
+// startScheduler starts the scheduler under test: kube-scheduler, or neuron-kube-scheduler for
+// the plugin.
+func (e *env) startScheduler(ctx context.Context, kind, name string, config []byte) error {
+	if kind == kindPlugin {
+		return e.cp.StartSchedulerBinary(ctx, name, e.pluginBin, config)
+	}
+	return e.cp.StartScheduler(ctx, name, config)
+}
+
+// startExtender starts the kind's extender, none for plain and plugin, and returns the
+// configuration of the scheduler called name (that calls it). Ours runs until runCtx ends;
+// call shutdown, when set, even on an error.
 func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*runExtender, []byte, error) {
 	schedConfig := []byte("profiles:\n- schedulerName: " + name + "\n")
-	if kind == kindPlain {
+	switch kind {
+	case kindPlain:
 		return nil, schedConfig, nil
+	case kindPlugin:
+		schedConfig, err := pluginConfig(name)
+		return nil, schedConfig, err
 	}
 	cfg, counter, limiter := instrumentedClientConfig(e.cp.RESTConfig(), e.s.extenderQPS)
 	x := &runExtender{verbs: newVerbStats(), counter: counter, limiter: limiter}
@@ -353,7 +376,7 @@ func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*ru
 // startCPUProfile profiles the test process (which holds the extender) during an extender's
 // run when BENCH_CPUPROFILE is set; stop stops it, once, and may be called again.
 func (e *env) startCPUProfile(kind string) (stop func(), err error) {
-	if e.s.cpuProfile == "" || kind == kindPlain {
+	if e.s.cpuProfile == "" || kind == kindPlain || kind == kindPlugin {
 		return func() {}, nil
 	}
 	f, err := os.Create(cpuProfilePath(e.s.cpuProfile, kind))
@@ -390,7 +413,8 @@ func (e *env) startProfiles(ctx context.Context, kind, name string) []chan error
 	return profiles
 }
 
-// checkRun counts the nodes the run's pods were bound to and, for ours, checks their records.
+// checkRun counts the nodes the run's pods were bound to and, for ours and the plugin, checks
+// their records.
 func (e *env) checkRun(ctx context.Context, name string, r *result) error {
 	pods, err := e.client.CoreV1().Pods(benchutil.Namespace).List(ctx, benchutil.RunPods(name))
 	if err != nil {
@@ -401,8 +425,8 @@ func (e *env) checkRun(ctx context.Context, name string, r *result) error {
 		nodes[p.Spec.NodeName] = true
 	}
 	r.nodesUsed = len(nodes)
-	if isOurs(r.kind) {
-		return checkRecords(pods.Items, e.s.pods)
+	if isOurs(r.kind) || r.kind == kindPlugin {
+		return checkRecords(r.kind, pods.Items, e.s.pods)
 	}
 	return nil
 }
@@ -570,9 +594,10 @@ func shape(seen map[string]benchutil.Binding) (gap time.Duration, active float64
 	return gap, float64(n) / float64(nw)
 }
 
-// checkRecords checks our run: every pod bound with a record naming its node and asking what it
-// got, and no core (or, for device requests, no device) given to two pods on a node.
-func checkRecords(pods []corev1.Pod, want int) error {
+// checkRecords checks a run of ours or the plugin: every pod bound with a record naming its
+// node and asking what it got, and no core (or, for device requests, no device) given to two
+// pods on a node.
+func checkRecords(kind string, pods []corev1.Pod, want int) error {
 	if len(pods) != want {
 		return fmt.Errorf("%d pods, want %d", len(pods), want)
 	}
@@ -618,7 +643,7 @@ func checkRecords(pods []corev1.Pod, want int) error {
 		if len(problems) > 10 {
 			problems = append(problems[:10], fmt.Sprintf("... %d more", len(problems)-10))
 		}
-		return fmt.Errorf("ours: %d problems with the allocation records:\n  %s", len(problems), strings.Join(problems, "\n  "))
+		return fmt.Errorf("%s: %d problems with the allocation records:\n  %s", kind, len(problems), strings.Join(problems, "\n  "))
 	}
 	return nil
 }
@@ -648,7 +673,7 @@ func formatReport(s settings, results []result) string {
 			ratio(r.rate(), rates[kindPlain]), ratio(r.rate(), rates[kindNothing]), r.nodesUsed, r.active, float64(r.nodeGap.Microseconds())/1000)
 	}
 	sb.WriteString("\nIteration (mean pods/s of each scheduler's runs):")
-	for _, k := range []string{kindPlain, kindNothing, kindOurs, kindOursNoPrio} {
+	for _, k := range []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio} {
 		if v, ok := rates[k]; ok {
 			fmt.Fprintf(&sb, " %s %.1f;", k, v)
 		}
@@ -660,6 +685,11 @@ func formatReport(s settings, results []result) string {
 	}
 	if rates[kindPlain] > 0 && rates[kindNothing] > 0 {
 		fmt.Fprintf(&sb, " do-nothing / plain %s;", ratio(rates[kindNothing], rates[kindPlain]))
+	}
+	for _, k := range []string{kindOurs, kindPlugin} {
+		if _, ok := rates[k]; ok && rates[kindPlain] > 0 {
+			fmt.Fprintf(&sb, " %s / plain %s;", k, ratio(rates[k], rates[kindPlain]))
+		}
 	}
 	sb.WriteString("\n")
 
