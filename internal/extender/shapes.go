@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
-	"github.com/kube-neuron/kube-neuron/internal/labels"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -18,7 +17,7 @@ import (
 // the answer is worked out once per node object, when the informer delivers it.
 type nodeShapes struct {
 	catalog *topology.Catalog
-	built   sync.Map // instance type + capacities -> *topology.Shape (immutable)
+	built   *allocation.Shapes
 
 	mu     sync.RWMutex
 	byName map[string]nodeShapeEntry
@@ -32,7 +31,7 @@ type nodeShapeEntry struct {
 }
 
 func newNodeShapes(catalog *topology.Catalog) *nodeShapes {
-	return &nodeShapes{catalog: catalog, byName: map[string]nodeShapeEntry{}}
+	return &nodeShapes{catalog: catalog, built: allocation.NewShapes(catalog), byName: map[string]nodeShapeEntry{}}
 }
 
 // get returns the node's shape, or why the node cannot take Neuron pods from the extender.
@@ -117,23 +116,5 @@ func (n *nodeShapes) handler() cache.ResourceEventHandler {
 
 // shapeOf returns the node's shape, or why the node cannot take Neuron pods from the extender.
 func (n *nodeShapes) shapeOf(node *corev1.Node) (*topology.Shape, error) {
-	name := node.Name
-	if !allocation.IsNeuronNode(n.catalog, node) {
-		return nil, fmt.Errorf("node %s is not a Neuron node (instance type %q is not in the catalog)", name, node.Labels[labels.InstanceType])
-	}
-	if node.Labels[labels.AllocationMode] == labels.AllocationModeDRA {
-		return nil, fmt.Errorf("node %s is served by the DRA driver (%s=%s): request its devices with a ResourceClaim", name, labels.AllocationMode, labels.AllocationModeDRA)
-	}
-	// Building a shape builds its device graph: do it once per instance type and capacity.
-	devices := node.Status.Capacity[corev1.ResourceName(topology.ResourceNeuron)]
-	cores := node.Status.Capacity[corev1.ResourceName(topology.ResourceNeuronCore)]
-	key := node.Labels[labels.InstanceType] + "|" + devices.String() + "|" + cores.String()
-	if s, ok := n.built.Load(key); ok {
-		return s.(*topology.Shape), nil
-	}
-	shape, err := allocation.ShapeOfNode(n.catalog, node)
-	if err == nil {
-		n.built.Store(key, shape)
-	}
-	return shape, err
+	return n.built.Of(node)
 }

@@ -1,23 +1,136 @@
-// Package plugin is the NeuronTopology kube-scheduler framework plugin.
+// Package plugin is NeuronTopology, the kube-scheduler framework plugin that places pods asking
+// for aws.amazon.com/neuron, neurondevice or neuroncore on the devices and cores the topology
+// engine chooses, with the decisions, allocation record and messages of
+// neuron-scheduler-extender, inside the scheduler's own cycle:
+//
+//   - PreFilter reads the pod's Neuron requests (Skip for a pod without any) and the node
+//     neuron-autoscaler launched for it, if that node still holds pods off;
+//   - Filter places the pod on the node's usage, beside the pods nominated to the node;
+//   - Score ranks the tightest fit highest (and the planned node first);
+//   - Reserve chooses the devices and counts them at once, so the next pod's cycle sees them;
+//     Unreserve forgets them;
+//   - Bind posts one Binding carrying the allocation record, so that the record and the
+//     binding land in one write (pods without Neuron requests are left to DefaultBinder).
+//
+// A node's usage is derived from the pods the scheduler's snapshot holds on it: their records
+// (kube-neuron.io/allocation, or the published Neuron stack's annotations), or, for a pod the
+// scheduler assumed and is binding, the devices Reserve chose.
 package plugin
 
 import (
 	"context"
+	"fmt"
+	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
 const Name = "NeuronTopology"
 
-// Plugin is the NeuronTopology plugin.
-type Plugin struct{ h fwk.Handle }
+// Args are the plugin's arguments (pluginConfig[].args).
+type Args struct {
+	// Policy is best-fit (default) or first-fit, as the extender's --placement-policy.
+	Policy string `json:"policy,omitempty"`
+}
 
-// New builds the plugin.
-func New(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	return &Plugin{h: h}, nil
+// Plugin is the NeuronTopology plugin.
+type Plugin struct {
+	h       fwk.Handle
+	policy  topology.Policy
+	shapes  *allocation.Shapes
+	records allocation.RecordCache
+	// reserved holds the devices Reserve chose for pods whose Binding has not shown in the
+	// scheduler's snapshot yet.
+	reserved reservations
+	// nodes caches, per node and NodeInfo generation, the usage and placements.
+	nodes nodeCache
+	// overlaps remembers since when each node's records overlap (see overlapSettle).
+	overlaps overlaps
+	warnings warnings
+	// unsupportedMsgs holds, per pod, the engine's refusal of a count that Filter met in the
+	// pod's last cycle, for PostFilter's warning.
+	unsupportedMsgs sync.Map // types.UID -> string
+}
+
+var (
+	_ fwk.PreFilterPlugin  = (*Plugin)(nil)
+	_ fwk.FilterPlugin     = (*Plugin)(nil)
+	_ fwk.PostFilterPlugin = (*Plugin)(nil)
+	_ fwk.PreScorePlugin   = (*Plugin)(nil)
+	_ fwk.ScorePlugin      = (*Plugin)(nil)
+	_ fwk.ReservePlugin    = (*Plugin)(nil)
+	_ fwk.BindPlugin       = (*Plugin)(nil)
+	_ fwk.SignPlugin       = (*Plugin)(nil)
+)
+
+// New builds the plugin from its arguments.
+func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	var args Args
+	if obj != nil {
+		if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+			return nil, fmt.Errorf("%s: decoding the plugin's args: %w", Name, err)
+		}
+	}
+	policy, err := parsePolicy(args.Policy)
+	if err != nil {
+		return nil, err
+	}
+	p := newPlugin(h, policy, topology.DefaultCatalog())
+	if h != nil && h.SharedInformerFactory() != nil {
+		// Forget what a deleted pod held. (A bound pod's reservation stays until the pod is
+		// deleted: the scheduler's cache may still show the assumed copy, without the record,
+		// after the pod informer delivered the bound one.)
+		_, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			DeleteFunc: func(obj any) {
+				if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = tomb.Obj
+				}
+				if pod, ok := obj.(*corev1.Pod); ok {
+					p.reserved.forget(pod.UID)
+					p.records.Forget(pod.UID)
+					p.unsupportedMsgs.Delete(pod.UID)
+				}
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: watching pods: %w", Name, err)
+		}
+	}
+	return p, nil
+}
+
+func newPlugin(h fwk.Handle, policy topology.Policy, cat *topology.Catalog) *Plugin {
+	return &Plugin{h: h, policy: policy, shapes: allocation.NewShapes(cat)}
+}
+
+// parsePolicy returns the placement policy the args name.
+func parsePolicy(name string) (topology.Policy, error) {
+	switch topology.Policy(name) {
+	case "", topology.BestFit:
+		return topology.BestFit, nil
+	case topology.FirstFit:
+		return topology.FirstFit, nil
+	}
+	return "", fmt.Errorf("%s: args.policy %q is not a placement policy: use %s or %s", Name, name, topology.BestFit, topology.FirstFit)
 }
 
 // Name returns the plugin's name.
 func (p *Plugin) Name() string { return Name }
+
+// SignPod lets the scheduler batch pods without Neuron requests (nothing of this plugin applies
+// to them) and refuses a signature to the others: a placement on a node changes what the next
+// pod of the same shape gets there.
+func (p *Plugin) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if len(allocation.PodRequests(pod)) == 0 {
+		return nil, nil
+	}
+	return nil, fwk.NewStatus(fwk.Unschedulable, "pods with Neuron requests are placed one by one")
+}

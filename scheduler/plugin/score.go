@@ -1,0 +1,53 @@
+package plugin
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/kube-neuron/kube-neuron/internal/labels"
+)
+
+// PreScore skips the plugin's Score for a pod without Neuron requests.
+func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if _, ok := readState(state); !ok {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score ranks the tightest fit highest, so that large blocks and whole nodes stay free, on the
+// extender's scale (its 0-10 times ten, so that both ways of scheduling rank nodes alike): the
+// node neuron-autoscaler launched for the pod ranks first. A node the pod does not fit scores 0.
+func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	s, ok := readState(state)
+	if !ok {
+		return 0, nil
+	}
+	v, _, err := p.view(ctx, ni)
+	if err != nil {
+		return 0, nil
+	}
+	// The snapshot's NodeInfo holds no nominated pods: Score takes them from the nominator, as
+	// Filter got them from the framework.
+	v.nominated = p.nominatedTo(v.name, pod)
+	r := p.place(v, pod, s.reqs, s.key)
+	if r.err != nil {
+		return 0, nil
+	}
+	score := tenths(r.score) * (fwk.MaxNodeScore / 10)
+	if planned := pod.Annotations[labels.PlannedNodeAnnotation]; planned != "" {
+		if planned == v.name {
+			return fwk.MaxNodeScore, nil
+		}
+		score = min(score, fwk.MaxNodeScore-fwk.MaxNodeScore/10)
+	}
+	return score, nil
+}
+
+// ScoreExtensions: the scores are on the framework's scale already.
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// tenths maps a placement score (0-100) to the extender's 0-10 (extender.ExtenderScore).
+func tenths(score float64) int64 { return max(0, min(10, int64(score/10))) }

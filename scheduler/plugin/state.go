@@ -1,0 +1,185 @@
+package plugin
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
+)
+
+// reservations are the records Reserve chose, by pod UID, until Unreserve or the pod's deletion.
+// A pod's own annotation, once the snapshot shows it, takes precedence (usage.go).
+type reservations struct {
+	mu   sync.RWMutex
+	pods map[types.UID]*allocation.Record
+}
+
+func (r *reservations) get(uid types.UID) *allocation.Record {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.pods[uid]
+}
+
+func (r *reservations) put(uid types.UID, rec *allocation.Record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pods == nil {
+		r.pods = map[types.UID]*allocation.Record{}
+	}
+	r.pods[uid] = rec
+}
+
+func (r *reservations) forget(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pods, uid)
+}
+
+// nodeCache keeps, per node, the usage derived at one NodeInfo generation and the placements of
+// request shapes on it. The scheduler bumps a NodeInfo's generation on every change of its pods,
+// and the reservations of the pods it holds are made before the next snapshot is taken, so an
+// entry is valid for as long as the generation is the same. (Unreserve drops a reservation
+// before the scheduler forgets the pod: until then the entry counts it, which only refuses what
+// would have fitted.)
+type nodeCache struct {
+	mu    sync.Mutex
+	nodes map[string]*nodeEntry
+}
+
+type nodeEntry struct {
+	gen   int64
+	shape *topology.Shape
+	usage *topology.Usage
+	fits  map[string]placed // placementKey -> result
+}
+
+// placed is a placement's score (0-100) or why the requests do not fit.
+type placed struct {
+	score float64
+	err   error
+}
+
+// maxCachedFits bounds the request shapes cached per node.
+const maxCachedFits = 64
+
+func (c *nodeCache) entry(node string, gen int64, shape *topology.Shape) *nodeEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.nodes[node]
+	if e == nil || e.gen != gen || e.shape != shape {
+		return nil
+	}
+	return e
+}
+
+// usage returns the cached usage of the node at gen, nil when there is none.
+func (c *nodeCache) usage(node string, gen int64, shape *topology.Shape) *topology.Usage {
+	if e := c.entry(node, gen, shape); e != nil {
+		return e.usage
+	}
+	return nil
+}
+
+// keepUsage caches the node's usage at gen, in place of what was cached for the node. (The
+// generations of the copies the framework makes for preemption are newer than the snapshot's:
+// keeping only the newest would stop caching the snapshot's.)
+func (c *nodeCache) keepUsage(node string, gen int64, shape *topology.Shape, u *topology.Usage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes == nil {
+		c.nodes = map[string]*nodeEntry{}
+	}
+	e := c.nodes[node]
+	if e == nil || e.gen != gen || e.shape != shape {
+		c.nodes[node] = &nodeEntry{gen: gen, shape: shape, usage: u, fits: map[string]placed{}}
+		return
+	}
+	e.usage = u
+}
+
+// fit returns the cached placement of the request shape key on the node at gen.
+func (c *nodeCache) fit(node string, gen int64, shape *topology.Shape, key string) (placed, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.nodes[node]
+	if e == nil || e.gen != gen || e.shape != shape {
+		return placed{}, false
+	}
+	p, ok := e.fits[key]
+	return p, ok
+}
+
+// keepFit caches a placement computed on the node's usage at gen.
+func (c *nodeCache) keepFit(node string, gen int64, shape *topology.Shape, key string, p placed) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.nodes[node]
+	if e == nil || e.gen != gen || e.shape != shape || len(e.fits) >= maxCachedFits {
+		return
+	}
+	e.fits[key] = p
+}
+
+// forget drops a deleted node's entry.
+func (c *nodeCache) forget(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.nodes, node)
+}
+
+// overlapSettle is how long a node whose allocation records overlap is refused: the device
+// plugin corrects such records within seconds (as the extender does, see its scoring.go).
+const overlapSettle = 10 * time.Second
+
+// overlaps remembers when this scheduler first saw each node's records overlap.
+type overlaps struct {
+	mu    sync.Mutex
+	since map[string]time.Time
+}
+
+// settling reports whether the node is still within overlapSettle of its records first being
+// seen to overlap; a node whose records no longer overlap is forgotten.
+func (o *overlaps) settling(node string, overlap bool, now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !overlap {
+		delete(o.since, node)
+		return false
+	}
+	if o.since == nil {
+		o.since = map[string]time.Time{}
+	}
+	first, seen := o.since[node]
+	if !seen {
+		o.since[node], first = now, now
+	}
+	return now.Sub(first) < overlapSettle
+}
+
+// warnings remembers when each pod was told each message, to warn at most once a minute.
+type warnings struct {
+	mu   sync.Mutex
+	sent map[string]time.Time
+}
+
+func (w *warnings) due(key string, now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sent == nil {
+		w.sent = map[string]time.Time{}
+	}
+	last, seen := w.sent[key]
+	due := !seen || now.Sub(last) > time.Minute
+	if due {
+		w.sent[key] = now
+	}
+	for k, t := range w.sent {
+		if now.Sub(t) > 10*time.Minute {
+			delete(w.sent, k)
+		}
+	}
+	return due
+}
