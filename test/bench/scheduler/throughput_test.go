@@ -7,6 +7,7 @@
 package scheduler
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -147,6 +148,7 @@ type result struct {
 	api       map[string]callStat // the extender's API requests
 	limiter   time.Duration       // time the extender's requests waited in its client rate limiter
 	metrics   map[string]float64  // our extender's /metrics after the run
+	sched     map[string]float64  // the scheduler under test's /metrics after the run
 	nodeGap   time.Duration       // median time between two bindings to the same node
 	active    float64             // mean number of nodes receiving bindings per 250 ms window
 }
@@ -267,6 +269,9 @@ func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
 		if err := <-profiled; err != nil {
 			return r, err
 		}
+	}
+	if r.sched, err = e.schedulerMetrics(ctx, name); err != nil {
+		return r, err
 	}
 	cpu1 := benchutil.CPUSeconds(e.cp)
 	stopCPUProfile()
@@ -438,22 +443,41 @@ func (e *env) apiserverProfile(ctx context.Context, path string) error {
 }
 
 // schedulerProfile writes a CPU profile of the scheduler under test taken from its
-// /debug/pprof over the first seconds of the drain. The request carries the admin client
-// certificate (delegated authentication and authorization); the scheduler's serving
-// certificate is its own self-signed one on loopback, so it is not verified.
+// /debug/pprof over the first seconds of the drain.
 func (e *env) schedulerProfile(ctx context.Context, name, path string) error {
-	url, ok := e.cp.SchedulerURL(name)
-	if !ok {
-		return fmt.Errorf("profiling %s: the lab does not know its port", name)
-	}
-	cfg := e.cp.RESTConfig()
-	cfg.Host, cfg.NegotiatedSerializer = url, scheme.Codecs.WithoutConversion()
-	cfg.TLSClientConfig = rest.TLSClientConfig{Insecure: true, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, CertData: cfg.CertData, KeyData: cfg.KeyData}
-	client, err := rest.UnversionedRESTClientFor(cfg)
+	client, err := e.schedulerClient(name)
 	if err != nil {
 		return fmt.Errorf("profiling %s: %w", name, err)
 	}
 	return e.profile(ctx, name, client, path)
+}
+
+// schedulerMetrics reads the /metrics of the scheduler under test (its secure port, as
+// schedulerProfile).
+func (e *env) schedulerMetrics(ctx context.Context, name string) (map[string]float64, error) {
+	client, err := e.schedulerClient(name)
+	if err != nil {
+		return nil, fmt.Errorf("metrics of %s: %w", name, err)
+	}
+	raw, err := client.Get().AbsPath("/metrics").Timeout(30 * time.Second).DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("metrics of %s: %w", name, err)
+	}
+	return benchutil.ParseMetrics(bytes.NewReader(raw))
+}
+
+// schedulerClient is a client of the secure port of the scheduler called name, with the admin
+// client certificate (delegated authentication and authorization); the scheduler's serving
+// certificate is its own self-signed one on loopback, so it is not verified.
+func (e *env) schedulerClient(name string) (rest.Interface, error) {
+	url, ok := e.cp.SchedulerURL(name)
+	if !ok {
+		return nil, errors.New("the lab does not know its port")
+	}
+	cfg := e.cp.RESTConfig()
+	cfg.Host, cfg.NegotiatedSerializer = url, scheme.Codecs.WithoutConversion()
+	cfg.TLSClientConfig = rest.TLSClientConfig{Insecure: true, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, CertData: cfg.CertData, KeyData: cfg.KeyData}
+	return rest.UnversionedRESTClientFor(cfg)
 }
 
 // profile writes a CPU profile taken from a component's /debug/pprof/profile (profiling is on
@@ -704,7 +728,55 @@ func formatReport(s settings, results []result) string {
 	}
 	sb.WriteString("\n")
 
+	sb.WriteString(formatSchedulerMetrics(results))
 	sb.WriteString(formatExtenders(byKind))
+	return sb.String()
+}
+
+// schedulerRows are the rows of formatSchedulerMetrics: a histogram of the kube-scheduler's
+// /metrics and the labels of its series to add up.
+var schedulerRows = []struct {
+	what, metric string
+	want         []string
+}{
+	{"scheduling algorithm (Filter to Score)", "scheduler_scheduling_algorithm_duration_seconds", nil},
+	{"PreFilter", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="PreFilter"`}},
+	{"Filter", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="Filter"`}},
+	{"PreScore", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="PreScore"`}},
+	{"Score", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="Score"`}},
+	{"Reserve", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="Reserve"`}},
+	{"Bind", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="Bind"`}},
+	{"NodeResourcesFit Filter, one node (sampled)", "scheduler_plugin_execution_duration_seconds", []string{`plugin="NodeResourcesFit"`, `extension_point="Filter"`}},
+	{"NeuronTopology Filter, one node (sampled)", "scheduler_plugin_execution_duration_seconds", []string{`plugin="NeuronTopology"`, `extension_point="Filter"`}},
+	{"NeuronTopology Score, one node (sampled)", "scheduler_plugin_execution_duration_seconds", []string{`plugin="NeuronTopology"`, `extension_point="Score"`}},
+}
+
+// formatSchedulerMetrics renders the mean durations the scheduler under test measured itself,
+// per run: the scheduling algorithm and each extension point per pod, and a few plugins' single
+// calls (the scheduler samples those).
+func formatSchedulerMetrics(results []result) string {
+	var sb strings.Builder
+	sb.WriteString("\nThe scheduler under test, from its /metrics (mean ms; extension points per pod, a plugin's per call):\n\n| |")
+	for _, r := range results {
+		sb.WriteString(" " + r.kind + " |")
+	}
+	sb.WriteString("\n|---|" + strings.Repeat("---:|", len(results)) + "\n")
+	for _, row := range schedulerRows {
+		line := "| " + row.what + " |"
+		any := false
+		for _, r := range results {
+			mean, n := benchutil.HistogramMean(r.sched, row.metric, row.want...)
+			if n == 0 {
+				line += " - |"
+				continue
+			}
+			any = true
+			line += fmt.Sprintf(" %.3f |", float64(mean.Nanoseconds())/1e6)
+		}
+		if any {
+			sb.WriteString(line + "\n")
+		}
+	}
 	return sb.String()
 }
 
