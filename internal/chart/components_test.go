@@ -171,9 +171,16 @@ func TestComponentPods(t *testing.T) {
 			{Name: "POD_NAMESPACE", ValueFrom: fieldEnv("metadata.namespace")},
 			{Name: "NEURON_MIRROR_USAGE_ANNOTATIONS", Value: "false"},
 			{Name: "NEURON_METRICS_ADDRESS", Value: ":9467"},
+			{Name: "NEURON_TLS_CERT_FILE", Value: "/etc/neuron-scheduler-extender/tls/tls.crt"},
+			{Name: "NEURON_TLS_PRIVATE_KEY_FILE", Value: "/etc/neuron-scheduler-extender/tls/tls.key"},
+			{Name: "NEURON_CLIENT_CA_FILE", Value: "/etc/neuron-scheduler-extender/tls/ca.crt"},
 		},
 	}, {
 		name: "my-scheduler", sets: []string{"scheduler.enabled=true", "npd.enabled=false"},
+		kind: "Deployment", ns: "kube-system", workload: "my-scheduler",
+		podSecurityContext: nonRootPod, securityContext: nonRoot,
+	}, {
+		name: "my-scheduler, mode plugin", sets: []string{"scheduler.enabled=true", "scheduler.customScheduler.mode=plugin", "npd.enabled=false"},
 		kind: "Deployment", ns: "kube-system", workload: "my-scheduler",
 		podSecurityContext: nonRootPod, securityContext: nonRoot,
 	}, {

@@ -149,13 +149,14 @@ type manifest []object
 // newTypes maps apiVersion and kind to a constructor of the API type. A kind the chart starts to
 // render must be added here, so the tests notice it.
 var newTypes = map[string]func() any{
-	"v1 Namespace":                                    func() any { return &corev1.Namespace{} },
-	"v1 ServiceAccount":                               func() any { return &corev1.ServiceAccount{} },
-	"v1 ConfigMap":                                    func() any { return &corev1.ConfigMap{} },
-	"v1 Service":                                      func() any { return &corev1.Service{} },
-	"apps/v1 DaemonSet":                               func() any { return &appsv1.DaemonSet{} },
-	"apps/v1 Deployment":                              func() any { return &appsv1.Deployment{} },
-	"policy/v1 PodDisruptionBudget":                   func() any { return &policyv1.PodDisruptionBudget{} },
+	"v1 Namespace":                  func() any { return &corev1.Namespace{} },
+	"v1 ServiceAccount":             func() any { return &corev1.ServiceAccount{} },
+	"v1 ConfigMap":                  func() any { return &corev1.ConfigMap{} },
+	"v1 Service":                    func() any { return &corev1.Service{} },
+	"v1 Secret":                     func() any { return &corev1.Secret{} },
+	"apps/v1 DaemonSet":             func() any { return &appsv1.DaemonSet{} },
+	"apps/v1 Deployment":            func() any { return &appsv1.Deployment{} },
+	"policy/v1 PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
 	"rbac.authorization.k8s.io/v1 ClusterRole":        func() any { return &rbacv1.ClusterRole{} },
 	"rbac.authorization.k8s.io/v1 ClusterRoleBinding": func() any { return &rbacv1.ClusterRoleBinding{} },
 	"rbac.authorization.k8s.io/v1 Role":               func() any { return &rbacv1.Role{} },

@@ -19,9 +19,12 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The scheduler extender's objects in kube-system, as "Kind namespace/name".
+// The scheduler extender's objects in kube-system, as "Kind namespace/name", with the default
+// TLS settings (the two Secrets: the chart generates the certificates).
 var (
 	extenderObjects = []string{
+		"Secret kube-system/k8s-neuron-scheduler-tls",
+		"Secret kube-system/my-scheduler-extender-client-tls",
 		"ClusterRole /k8s-neuron-scheduler",
 		"ClusterRoleBinding /k8s-neuron-scheduler",
 		"Deployment kube-system/k8s-neuron-scheduler",
@@ -72,6 +75,7 @@ type extender struct {
 	BindVerb         string            `json:"bindVerb"`
 	Weight           int64             `json:"weight"`
 	EnableHTTPS      bool              `json:"enableHTTPS"`
+	TLSConfig        *tlsConfig        `json:"tlsConfig,omitempty"`
 	NodeCacheCapable bool              `json:"nodeCacheCapable"`
 	HTTPTimeout      string            `json:"httpTimeout"`
 	Ignorable        bool              `json:"ignorable"`
@@ -89,7 +93,7 @@ type leaderElection struct {
 	ResourceName      string `json:"resourceName,omitempty"`
 }
 
-// wantExtender is the extenders entry both registrations use.
+// wantExtender is the extenders entry both registrations use, over plain HTTP.
 func wantExtender(urlPrefix string, weight int64) extender {
 	return extender{
 		URLPrefix:        urlPrefix,
@@ -97,7 +101,6 @@ func wantExtender(urlPrefix string, weight int64) extender {
 		PrioritizeVerb:   "prioritize",
 		BindVerb:         "bind",
 		Weight:           weight,
-		EnableHTTPS:      false,
 		NodeCacheCapable: true,
 		HTTPTimeout:      "30s",
 		Ignorable:        false,
@@ -107,6 +110,31 @@ func wantExtender(urlPrefix string, weight int64) extender {
 			{Name: "aws.amazon.com/neurondevice"},
 		},
 	}
+}
+
+// myTLS is my-scheduler's tlsConfig for the extender in namespace ns.
+func myTLS(ns string) *tlsConfig {
+	return &tlsConfig{
+		ServerName: "k8s-neuron-scheduler." + ns + ".svc",
+		CertFile:   "/etc/kubernetes/my-scheduler-tls/tls.crt",
+		KeyFile:    "/etc/kubernetes/my-scheduler-tls/tls.key",
+		CAFile:     "/etc/kubernetes/my-scheduler-tls/ca.crt",
+	}
+}
+
+// defaultSchedulerTLS is the default scheduler's tlsConfig with the default file paths.
+var defaultSchedulerTLS = &tlsConfig{
+	ServerName: "k8s-neuron-scheduler.kube-system.svc",
+	CertFile:   "/etc/kubernetes/pki/neuron-scheduler-extender/tls.crt",
+	KeyFile:    "/etc/kubernetes/pki/neuron-scheduler-extender/tls.key",
+	CAFile:     "/etc/kubernetes/pki/neuron-scheduler-extender/ca.crt",
+}
+
+// wantTLSExtender is wantExtender over HTTPS with the client certificate tc: the default.
+func wantTLSExtender(urlPrefix string, weight int64, tc *tlsConfig) extender {
+	e := wantExtender(urlPrefix, weight)
+	e.EnableHTTPS, e.TLSConfig = true, tc
+	return e
 }
 
 // configFrom decodes the KubeSchedulerConfiguration under key in the ConfigMap.
@@ -140,14 +168,14 @@ func TestSchedulerSeedInstallCommands(t *testing.T) {
 		checkExtenderService(t, m, "kube-system", 12345, 0)
 		checkExtenderRBAC(t, m, "kube-system")
 		checkPDB(t, m, "kube-system")
-		checkMyScheduler(t, m, "kube-system")
+		checkMyScheduler(t, m, "kube-system", false)
 
 		got := configFrom(t, m, "kube-system", "my-scheduler-config", "my-scheduler-config.yaml")
 		want := schedulerConfig{
 			APIVersion: "kubescheduler.config.k8s.io/v1",
 			Kind:       "KubeSchedulerConfiguration",
 			Profiles:   []profile{{SchedulerName: "my-scheduler"}},
-			Extenders:  []extender{wantExtender("http://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345", 10)},
+			Extenders:  []extender{wantTLSExtender("https://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345", 10, myTLS("kube-system"))},
 			LeaderElection: leaderElection{
 				LeaderElect:       true,
 				ResourceNamespace: "kube-system",
@@ -165,7 +193,8 @@ func TestSchedulerSeedInstallCommands(t *testing.T) {
 			t.Fatalf("rendered objects:\n  got  %q\n  want %q", got, want)
 		}
 		for _, name := range m.names() {
-			if strings.Contains(name, "my-scheduler") {
+			// The client certificate's Secret stays: its files go to the control-plane nodes.
+			if strings.Contains(name, "my-scheduler") && name != "Secret kube-system/my-scheduler-extender-client-tls" {
 				t.Errorf("rendered %s with customScheduler.enabled=false", name)
 			}
 		}
@@ -181,7 +210,7 @@ func TestSchedulerSeedInstallCommands(t *testing.T) {
 			Kind:             "KubeSchedulerConfiguration",
 			ClientConnection: &clientConnection{Kubeconfig: "/etc/kubernetes/scheduler.conf"},
 			Profiles:         []profile{{SchedulerName: "default-scheduler"}},
-			Extenders:        []extender{wantExtender("http://127.0.0.1:32700", 10)},
+			Extenders:        []extender{wantTLSExtender("https://127.0.0.1:32700", 10, defaultSchedulerTLS)},
 			LeaderElection:   leaderElection{LeaderElect: true},
 		}
 		if !reflect.DeepEqual(got, want) {
@@ -262,8 +291,10 @@ func checkExtender(t *testing.T, m manifest, ns string, replicas int32, hostNetw
 	if !reflect.DeepEqual(spec.TopologySpreadConstraints, wantSpread) {
 		t.Errorf("topologySpreadConstraints = %+v, want %+v", spec.TopologySpreadConstraints, wantSpread)
 	}
-	if len(spec.Volumes) != 0 {
-		t.Errorf("volumes = %+v, want none", spec.Volumes)
+	// TLS is on by default: the serving certificate's Secret.
+	wantVolumes := []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "k8s-neuron-scheduler-tls"}}}}
+	if !reflect.DeepEqual(spec.Volumes, wantVolumes) {
+		t.Errorf("volumes = %+v, want %+v", spec.Volumes, wantVolumes)
 	}
 
 	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
@@ -277,7 +308,7 @@ func checkExtender(t *testing.T, m manifest, ns string, replicas int32, hostNetw
 		t.Errorf("command %q args %q, want [/neuron-scheduler-extender] and no args", c.Command, c.Args)
 	}
 	wantPorts := []corev1.ContainerPort{
-		{Name: "http", ContainerPort: 12345, Protocol: corev1.ProtocolTCP},
+		{Name: "https", ContainerPort: 12345, Protocol: corev1.ProtocolTCP},
 		{Name: "metrics", ContainerPort: 9467, Protocol: corev1.ProtocolTCP},
 	}
 	if !reflect.DeepEqual(c.Ports, wantPorts) {
@@ -315,7 +346,7 @@ func checkExtenderService(t *testing.T, m manifest, ns string, port, nodePort in
 	if !reflect.DeepEqual(svc.Spec.Selector, d.Spec.Selector.MatchLabels) {
 		t.Errorf("Service selector %v, want the Deployment's %v", svc.Spec.Selector, d.Spec.Selector.MatchLabels)
 	}
-	wantPorts := []corev1.ServicePort{{Name: "http", Port: port, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP, NodePort: nodePort}}
+	wantPorts := []corev1.ServicePort{{Name: "https", Port: port, TargetPort: intstr.FromString("https"), Protocol: corev1.ProtocolTCP, NodePort: nodePort}}
 	if !reflect.DeepEqual(svc.Spec.Ports, wantPorts) {
 		t.Errorf("Service ports = %+v, want %+v", svc.Spec.Ports, wantPorts)
 	}
@@ -363,9 +394,10 @@ func checkPDB(t *testing.T, m manifest, ns string) {
 	}
 }
 
-// checkMyScheduler checks my-scheduler's Deployment and RBAC; the caller checks its configuration
-// and TestComponentPods its security context, affinity and env.
-func checkMyScheduler(t *testing.T, m manifest, ns string) {
+// checkMyScheduler checks my-scheduler's Deployment and RBAC with the default values but the mode
+// (plugin: neuron-kube-scheduler); the caller checks its configuration and TestComponentPods its
+// security context, affinity and env.
+func checkMyScheduler(t *testing.T, m manifest, ns string, plugin bool) {
 	t.Helper()
 	d := get[appsv1.Deployment](t, m, "Deployment", ns, "my-scheduler")
 	if got := ptr.Deref(d.Spec.Replicas, -1); got != 1 {
@@ -383,12 +415,20 @@ func checkMyScheduler(t *testing.T, m manifest, ns string) {
 	if d.Spec.Template.Annotations["checksum/config"] == "" {
 		t.Errorf("my-scheduler pod has no checksum/config annotation: a new configuration would not restart it")
 	}
+	// With the chart's generated certificates, new ones restart it (mode extender only).
+	if got := d.Spec.Template.Annotations["checksum/client-tls"]; (got != "") == plugin {
+		t.Errorf("my-scheduler pod annotation checksum/client-tls = %q in mode plugin=%v", got, plugin)
+	}
 	if len(spec.Containers) != 1 {
 		t.Fatalf("my-scheduler: want one container, got %d", len(spec.Containers))
 	}
 	c := spec.Containers[0]
-	if c.Image != "registry.k8s.io/kube-scheduler:v1.36.3" {
-		t.Errorf("my-scheduler image = %q", c.Image)
+	wantName, wantImage, wantCommand := "kube-scheduler", "registry.k8s.io/kube-scheduler:v1.36.3", "/usr/local/bin/kube-scheduler"
+	if plugin {
+		wantName, wantImage, wantCommand = "neuron-kube-scheduler", testRegistry+"/neuron-kube-scheduler:0.1.0", "/neuron-kube-scheduler"
+	}
+	if c.Name != wantName || c.Image != wantImage || !slices.Equal(c.Command, []string{wantCommand}) || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("my-scheduler container %q image %q command %q pull %q, want %q %q [%s] IfNotPresent", c.Name, c.Image, c.Command, c.ImagePullPolicy, wantName, wantImage, wantCommand)
 	}
 	const configFile = "/etc/kubernetes/my-scheduler/my-scheduler-config.yaml"
 	if want := []string{"--config=" + configFile, "--v=2"}; !slices.Equal(c.Args, want) {
@@ -396,9 +436,14 @@ func checkMyScheduler(t *testing.T, m manifest, ns string) {
 	}
 	checkHTTPProbe(t, "my-scheduler livenessProbe", c.LivenessProbe, "/healthz", intstr.FromInt32(10259), corev1.URISchemeHTTPS)
 	checkHTTPProbe(t, "my-scheduler readinessProbe", c.ReadinessProbe, "/healthz", intstr.FromInt32(10259), corev1.URISchemeHTTPS)
-	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != path.Dir(configFile) || len(spec.Volumes) != 1 ||
-		spec.Volumes[0].Name != c.VolumeMounts[0].Name || spec.Volumes[0].ConfigMap == nil || spec.Volumes[0].ConfigMap.Name != "my-scheduler-config" {
-		t.Errorf("my-scheduler does not mount the ConfigMap my-scheduler-config at %s: mounts %+v volumes %+v", path.Dir(configFile), c.VolumeMounts, spec.Volumes)
+	wantMounts := []corev1.VolumeMount{{Name: "config", MountPath: path.Dir(configFile), ReadOnly: true}}
+	wantVolumes := []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "my-scheduler-config"}}}}}
+	if !plugin { // the client certificate for the extender, TLS being the default
+		wantMounts = append(wantMounts, corev1.VolumeMount{Name: "extender-client-tls", MountPath: "/etc/kubernetes/my-scheduler-tls", ReadOnly: true})
+		wantVolumes = append(wantVolumes, corev1.Volume{Name: "extender-client-tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "my-scheduler-extender-client-tls"}}})
+	}
+	if !reflect.DeepEqual(c.VolumeMounts, wantMounts) || !reflect.DeepEqual(spec.Volumes, wantVolumes) {
+		t.Errorf("my-scheduler mounts %+v volumes %+v, want %+v %+v", c.VolumeMounts, spec.Volumes, wantMounts, wantVolumes)
 	}
 
 	get[corev1.ServiceAccount](t, m, "ServiceAccount", ns, "my-scheduler")
@@ -471,8 +516,8 @@ func TestSchedulerValues(t *testing.T) {
 			t.Errorf("env %s = %q, want %q", k, env[k], v)
 		}
 	}
-	if len(c.Ports) != 2 || c.Ports[0].ContainerPort != 8080 || c.Ports[0].Name != "http" || c.Ports[1].ContainerPort != 9090 || c.Ports[1].Name != "metrics" {
-		t.Errorf("ports = %+v, want http 8080 and metrics 9090", c.Ports)
+	if len(c.Ports) != 2 || c.Ports[0].ContainerPort != 8080 || c.Ports[0].Name != "https" || c.Ports[1].ContainerPort != 9090 || c.Ports[1].Name != "metrics" {
+		t.Errorf("ports = %+v, want https 8080 and metrics 9090", c.Ports)
 	}
 	np := get[networkingv1.NetworkPolicy](t, m, "NetworkPolicy", "neuron", "k8s-neuron-scheduler")
 	if p := np.Spec.Ingress[0].Ports[0].Port; p.IntValue() != 8080 || np.Spec.Ingress[1].Ports[0].Port.IntValue() != 9090 {
@@ -495,7 +540,7 @@ func TestSchedulerValues(t *testing.T) {
 		t.Errorf("my-scheduler image %q pull %q", mc.Image, mc.ImagePullPolicy)
 	}
 	cfg := configFrom(t, m, "neuron", "my-scheduler-config", "my-scheduler-config.yaml")
-	if want := []extender{wantExtender("http://k8s-neuron-scheduler.neuron.svc.cluster.local:8080", 5)}; !reflect.DeepEqual(cfg.Extenders, want) {
+	if want := []extender{wantTLSExtender("https://k8s-neuron-scheduler.neuron.svc.cluster.local:8080", 5, myTLS("neuron"))}; !reflect.DeepEqual(cfg.Extenders, want) {
 		t.Errorf("extenders = %+v, want %+v", cfg.Extenders, want)
 	}
 	if want := (leaderElection{LeaderElect: true, ResourceNamespace: "neuron", ResourceName: "my-scheduler"}); cfg.LeaderElection != want {
@@ -517,7 +562,7 @@ func TestSchedulerDefaultSchedulerValues(t *testing.T) {
 		"scheduler.extenderWeight=3", "scheduler.tolerations[0].key=dedicated", "scheduler.tolerations[0].operator=Exists")
 	checkExtenderService(t, m, "kube-system", 12345, 31000)
 	cfg := configFrom(t, m, "kube-system", "neuron-scheduler-extender-config", "kube-scheduler-config.yaml")
-	if want := []extender{wantExtender("http://127.0.0.1:31000", 3)}; !reflect.DeepEqual(cfg.Extenders, want) {
+	if want := []extender{wantTLSExtender("https://127.0.0.1:31000", 3, defaultSchedulerTLS)}; !reflect.DeepEqual(cfg.Extenders, want) {
 		t.Errorf("extenders = %+v, want %+v", cfg.Extenders, want)
 	}
 	if cfg.ClientConnection == nil || cfg.ClientConnection.Kubeconfig != "/var/lib/kube-scheduler/kubeconfig" {
@@ -628,6 +673,8 @@ func TestSchedulerLint(t *testing.T) {
 		{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true", "npd.enabled=false"},
 		{"scheduler.enabled=true", "scheduler.replicas=1", `scheduler.podAnnotations.prometheus\.io/scrape=true`},
 		{"scheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true", "scheduler.admissionPolicy.enabled=true", "scheduler.customScheduler.replicas=2"},
+		{"scheduler.enabled=true", "scheduler.customScheduler.mode=plugin", "scheduler.admissionPolicy.enabled=true", "scheduler.customScheduler.replicas=2"},
+		{"scheduler.enabled=true", "scheduler.tls.enabled=false"},
 	} {
 		t.Run(strings.Join(append([]string{"lint"}, sets...), " "), func(t *testing.T) {
 			t.Parallel()
@@ -646,7 +693,10 @@ func TestSchedulerNotes(t *testing.T) {
 	t.Parallel()
 	const (
 		check      = "kubectl get deploy,svc k8s-neuron-scheduler -n kube-system"
-		url        = "http://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345"
+		url        = "https://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345"
+		plainURL   = "http://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345"
+		generated  = "(the chart generated both and its CA; helm upgrade keeps them"
+		open       = "Anyone who can reach that port can bind pods"
 		optIn      = "schedulerName: my-scheduler"
 		checkMy    = "kubectl get deploy my-scheduler -n kube-system"
 		getConfig  = `kubectl get configmap neuron-scheduler-extender-config -n kube-system -o jsonpath='{.data.kube-scheduler-config\.yaml}'`
@@ -658,17 +708,23 @@ func TestSchedulerNotes(t *testing.T) {
 		sets      []string
 		want, not []string
 	}{
-		{"second scheduler", []string{"scheduler.enabled=true"}, []string{check, url, optIn, checkMy, "Anyone who can reach that port can bind pods"}, []string{getConfig, configFlag, "client certificate"}},
+		{"second scheduler", []string{"scheduler.enabled=true"}, []string{check, url, optIn, checkMy, "need a client certificate", generated}, []string{getConfig, configFlag, open, plainURL, "neuron-kube-scheduler"}},
+		{"plain HTTP", []string{"scheduler.enabled=true", "scheduler.tls.enabled=false"}, []string{plainURL, open}, []string{url, "client certificate"}},
+		{"plugin", []string{"scheduler.enabled=true", "scheduler.customScheduler.mode=plugin", "scheduler.admissionPolicy.enabled=true"},
+			[]string{"neuron-kube-scheduler (scheduler.customScheduler.mode plugin)", optIn, checkMy, "no extender runs", "MutatingAdmissionPolicy neuron-pods-use-my-scheduler"},
+			[]string{check, url, plainURL, "client certificate", open}},
 		{"default scheduler", []string{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true"},
-			[]string{check, getConfig, configFlag, noPolicy, "http://127.0.0.1:32700"}, []string{optIn, checkMy}},
+			[]string{check, getConfig, configFlag, noPolicy, "https://127.0.0.1:32700",
+				`kubectl get secret my-scheduler-extender-client-tls -n kube-system -o jsonpath='{.data.tls\.key}' | base64 -d > /etc/kubernetes/pki/neuron-scheduler-extender/tls.key`},
+			[]string{optIn, checkMy}},
 		{"off", nil, nil, []string{check, optIn, getConfig}},
-		{"TLS and the admission policy", []string{"scheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.admissionPolicy.enabled=true"},
+		{"TLS from your Secrets and the admission policy", []string{"scheduler.enabled=true", "scheduler.tls.generate=false", "scheduler.admissionPolicy.enabled=true"},
 			[]string{"https://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345", "need a client certificate signed by the ca.crt of Secret\n  k8s-neuron-scheduler-tls",
 				"(create both Secrets yourself: docs/security.md)", "MutatingAdmissionPolicy neuron-pods-use-my-scheduler", "port 9467"},
-			[]string{url, "Anyone who can reach that port can bind pods"}},
+			[]string{plainURL, open, generated}},
 		{"default scheduler with TLS", []string{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false", "scheduler.defaultScheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true"},
 			[]string{"https://127.0.0.1:32700", "Copy tls.crt, tls.key and ca.crt of Secret my-scheduler-extender-client-tls to /etc/kubernetes/pki/neuron-scheduler-extender/"},
-			[]string{"create both Secrets yourself"}},
+			[]string{"create both Secrets yourself", generated}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

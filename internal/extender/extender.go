@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/kube-neuron/kube-neuron/internal/observe"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -53,7 +54,7 @@ type Extender struct {
 	owner  *owner  // the per-node bind Leases
 	api    *api    // the HTTP layer's request state
 
-	warnings warnings // when each pod was last warned
+	warnings observe.Throttle // when each pod was last warned
 	reread   rereads  // pods whose cached copy lost a conflict
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -63,7 +61,7 @@ func (e *Extender) Prioritize(ctx context.Context, pod *corev1.Pod, names []stri
 
 // waitingFor returns the node neuron-autoscaler launched for the pod
 // (labels.PlannedNodeAnnotation) while that node still holds pods off (labels.LaunchingTaintKey);
-// "" otherwise, and once the node is older than plannedNodeHold. The pod is kept off every other
+// "" otherwise, and once the node is older than allocation.PlannedNodeHold. The pod is kept off every other
 // node meanwhile: tried while its own node is held, it would take room another launched node has
 // for another pod (the scheduler clears its nomination whenever it fails to place it, so the
 // nomination alone does not keep it).
@@ -73,50 +71,15 @@ func (e *Extender) waitingFor(pod *corev1.Pod) string {
 		return ""
 	}
 	node, err := e.nodes.Get(name)
-	if err != nil || !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == labels.LaunchingTaintKey }) {
+	if err != nil || !allocation.HoldsPlannedPods(node, e.o.Now()) {
 		return ""
-	}
-	if !node.CreationTimestamp.IsZero() && e.o.Now().Sub(node.CreationTimestamp.Time) > plannedNodeHold {
-		return "" // the autoscaler should have released it long ago: do not hold the pod for it
 	}
 	return name
 }
 
-// plannedNodeHold bounds how long after a node registered its planned pods are kept for it:
-// neuron-autoscaler releases a node within a minute of its serving, and deletes one that is not
-// Ready 15 minutes after its launch. Should the autoscaler stop, the pods are free again.
-const plannedNodeHold = 20 * time.Minute
-
 // warn emits a Warning event on the pod, at most once a minute per message.
 func (e *Extender) warn(pod *corev1.Pod, reason, msg string) {
-	if e.warnings.due(string(pod.UID)+"|"+msg, e.o.Now()) {
+	if e.warnings.Due(string(pod.UID)+"|"+msg, e.o.Now()) {
 		e.recorder.Event(pod, corev1.EventTypeWarning, reason, msg)
 	}
-}
-
-// warnings remembers when each pod was told each message.
-type warnings struct {
-	mu   sync.Mutex
-	sent map[string]time.Time // pod UID + message -> when the pod was told
-}
-
-// due reports whether the message under key was not sent within the last minute, and notes it
-// as sent now if so. Entries older than ten minutes are dropped.
-func (w *warnings) due(key string, now time.Time) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.sent == nil {
-		w.sent = map[string]time.Time{}
-	}
-	last, seen := w.sent[key]
-	due := !seen || now.Sub(last) > time.Minute
-	if due {
-		w.sent[key] = now
-	}
-	for k, t := range w.sent {
-		if now.Sub(t) > 10*time.Minute {
-			delete(w.sent, k)
-		}
-	}
-	return due
 }

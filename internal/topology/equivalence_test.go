@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -107,6 +108,17 @@ func TestPlaceMatchesOldAlgorithm(t *testing.T) {
 					if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || reflect.TypeOf(gotErr) != reflect.TypeOf(wantErr) || fmt.Sprint(intoErr) != fmt.Sprint(wantErr) {
 						t.Fatalf("%s %v %s on %v: error %v (into: %v), the old algorithm %v", name, r, p, u.UsedCores(), gotErr, intoErr, wantErr)
 					}
+					tried := Fit{Score: -1}
+					o := placer.TryPlace(p, u, r, &tried)
+					if err := o.Err(u, r); fmt.Sprint(err) != fmt.Sprint(wantErr) || reflect.TypeOf(err) != reflect.TypeOf(wantErr) || o != outcomeOf(wantErr) {
+						t.Fatalf("%s %v %s on %v: TryPlace %v, its error %v; the old algorithm %v", name, r, p, u.UsedCores(), o, err, wantErr)
+					}
+					if o != Fits && !reflect.DeepEqual(tried, Fit{Score: -1}) {
+						t.Fatalf("%s %v %s: TryPlace changed the fit to %+v without a fit", name, r, p, tried)
+					}
+					if o == Fits && !reflect.DeepEqual(tried, reused) {
+						t.Fatalf("%s %v %s: TryPlace placed %+v, PlaceInto %+v", name, r, p, tried, reused)
+					}
 					if wantErr != nil {
 						continue
 					}
@@ -133,6 +145,18 @@ func TestPlaceMatchesOldAlgorithm(t *testing.T) {
 		t.Fatalf("only %d placements compared", compared)
 	}
 	t.Logf("%d placements compared", compared)
+}
+
+// outcomeOf is the outcome that Place's error err stands for.
+func outcomeOf(err error) Outcome {
+	var ie *InsufficientError
+	switch {
+	case err == nil:
+		return Fits
+	case errors.As(err, &ie):
+		return NoFreeSet
+	}
+	return NotAccepted
 }
 
 func slicesContains(s []int, v int) bool {
@@ -162,6 +186,66 @@ func TestPlaceIntoDoesNotAllocate(t *testing.T) {
 			})
 			if allocs != 0 {
 				t.Errorf("%s %v %s: %v allocations per placement, want 0", tc.instance, tc.req, p, allocs)
+			}
+		}
+	}
+}
+
+// TestTryPlaceDoesNotAllocate holds the budget for a node the request does not fit: a Placer
+// that only asks whether it fits allocates nothing, whether the count is never accepted or no
+// valid set is free, and its outcome's error is the message Place gives.
+func TestTryPlaceDoesNotAllocate(t *testing.T) {
+	full := NewUsage(shapeOf(t, "trn1.32xlarge", 0))
+	if err := full.MarkDevices(seq(0, 16)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		u    *Usage
+		r    Request
+		want Outcome
+		msg  string
+	}{
+		{"unsupported count", benchUsage(t, "trn1.32xlarge", 0), Request{Unit: UnitDevice, Count: 7}, NotAccepted,
+			"Instance type trn1.32xlarge does not support requests for device: 7. Please request a different number of devices."},
+		{"no free set", full, Request{Unit: UnitDevice, Count: 4}, NoFreeSet,
+			"no free valid set of 4 devices on this trn1.32xlarge node (free devices: none); 4-device sets must be one of 0-3, 4-7, 8-11, 12-15"},
+		{"no free set on a half-used node", benchUsage(t, "trn2.48xlarge", 1), Request{Unit: UnitDevice, Count: 8}, NoFreeSet,
+			"no free valid set of 8 devices on this trn2.48xlarge node (free devices: 0,3,4,8-11); 8-device sets must be one of 0-7, 8-15"},
+		{"fits", benchUsage(t, "trn2.48xlarge", 1), Request{Unit: UnitCore, Count: 3}, Fits, "<nil>"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, p := range Policies {
+				var fit Fit
+				var pl Placer
+				if o := pl.TryPlace(p, tc.u, tc.r, &fit); o != tc.want {
+					t.Fatalf("%s: outcome %v, want %v", p, o, tc.want)
+				}
+				if got := fmt.Sprint(p.TryPlace(tc.u, tc.r, &fit).Err(tc.u, tc.r)); got != tc.msg {
+					t.Errorf("%s: error %q, want %q", p, got, tc.msg)
+				}
+				allocs := testing.AllocsPerRun(100, func() {
+					if o := pl.TryPlace(p, tc.u, tc.r, &fit); o != tc.want {
+						t.Fatalf("%s: outcome %v, want %v", p, o, tc.want)
+					}
+				})
+				if allocs != 0 {
+					t.Errorf("%s: %v allocations per decision, want 0", p, allocs)
+				}
+			}
+		})
+	}
+}
+
+// TestValidRunMatchesIsValidDeviceSet checks the shortcut the core-range walk uses for runs of
+// consecutive device ids against the rules' own check, on every shape of the equivalence test.
+func TestValidRunMatchesIsValidDeviceSet(t *testing.T) {
+	for name, s := range equivalenceShapes(t) {
+		for n := 1; n <= s.Devices(); n++ {
+			for first := 0; first+n <= s.Devices(); first++ {
+				if got, want := s.validRun(first, n), s.IsValidDeviceSet(seq(first, n)); got != want {
+					t.Errorf("%s: validRun(%d, %d) = %v, IsValidDeviceSet = %v", name, first, n, got, want)
+				}
 			}
 		}
 	}

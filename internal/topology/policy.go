@@ -90,11 +90,19 @@ func (pl *Placer) Place(p Policy, u *Usage, r Request, dst *Fit) error {
 
 // place is PlaceInto on this evaluator. On error dst is left unchanged.
 func (e *evaluator) place(p Policy, u *Usage, r Request, dst *Fit) error {
+	return e.decide(p, u, r, dst).Err(u, r)
+}
+
+// decide is place without building an error. Unless the outcome is Fits, dst is left unchanged.
+func (e *evaluator) decide(p Policy, u *Usage, r Request, dst *Fit) Outcome {
 	s := u.shape
-	if err := s.Validate(r); err != nil {
-		return err
+	if !s.accepts(r) {
+		return NotAccepted
 	}
 	e.init(u)
+	if !e.packed {
+		e.initVectors()
+	}
 	found := false
 	if r.Unit == UnitCore {
 		found = e.coreCandidates(p, r)
@@ -102,15 +110,9 @@ func (e *evaluator) place(p Policy, u *Usage, r Request, dst *Fit) error {
 		found = e.deviceCandidates(p, r)
 	}
 	if !found {
-		return &InsufficientError{
-			InstanceType: s.Type.Name, Request: r,
-			FreeDevices: u.FreeDevices(), FreeCores: u.FreeCores(),
-			Hint: s.describeSets(r.Count),
-		}
+		return NoFreeSet
 	}
-	if !e.bestHasVec {
-		e.vectorOf(&e.best, e.bestVec)
-	}
+	dst.Damage = e.bestDamage()
 	dst.Unit = r.Unit
 	dst.Devices = append(dst.Devices[:0], e.best.devices...)
 	dst.Cores = dst.Cores[:0]
@@ -129,13 +131,12 @@ func (e *evaluator) place(p Policy, u *Usage, r Request, dst *Fit) error {
 			dst.Cores = append(dst.Cores, e.best.start+i)
 		}
 	}
-	dst.Damage = e.damage(e.bestVec)
 	dst.FreeAfter = float64(u.FreeCoreCount()-len(dst.Cores)) / float64(s.Cores())
 	dst.Score = 0
 	if p == BestFit {
 		dst.Score = score(dst.Damage, dst.FreeAfter)
 	}
-	return nil
+	return Fits
 }
 
 // candidate is one valid free set: devices for a device request, or the core range
@@ -166,12 +167,24 @@ type evaluator struct {
 	sizes                         []int // device sizes, descending, then core sizes cpd-1..1 (as negative numbers)
 	devBuf, bestDevs              []int
 	best                          candidate
-	bestHasVec                    bool
+	// bestHasVec says the best candidate's capability after it is known: bestVec, or bestDev
+	// and bestCore when packed.
+	bestHasVec bool
 	// devPartFor is the set of free devices (bit d: device d) that the candidate whose
 	// whole-device part devPart holds took; devPartOK says devPart is valid. Neighbouring core
 	// candidates often take the same free device, and then share it.
 	devPartFor uint64
 	devPartOK  bool
+	// packed says the shape has packed keys and candidates are compared by them: free is the
+	// free-device mask now (Shape.freeBit), dev and core the keys now, bestDev and bestCore the
+	// keys after the best candidate. tookMemo and devMemo remember the
+	// device key of the last free devices taken (memoOK: valid).
+	packed            bool
+	free              uint64
+	dev, core         uint64
+	bestDev, bestCore uint64
+	tookMemo, devMemo uint64
+	memoOK            bool
 }
 
 var evaluators = sync.Pool{New: func() any { return new(evaluator) }}
@@ -180,6 +193,7 @@ var evaluators = sync.Pool{New: func() any { return new(evaluator) }}
 func getEvaluator(u *Usage) *evaluator {
 	e := evaluators.Get().(*evaluator)
 	e.init(u)
+	e.initVectors()
 	return e
 }
 
@@ -196,31 +210,47 @@ func sized[T any](buf []T, n int) []T {
 	return buf[:n]
 }
 
+// init sets the evaluator up for u: with packed keys when the shape has them (the vectors
+// then need initVectors).
 func (e *evaluator) init(u *Usage) {
 	s := u.shape
 	n := len(u.used)
-	nsizes := len(s.deviceSizes) + max(s.CoresPerDevice-1, 0)
-	e.u, e.s, e.full = u, s, u.full()
+	e.u, e.s, e.full, e.sizes = u, s, u.full(), s.sizes
 	e.best = candidate{start: -1}
 	e.bestHasVec = false
-	e.devPartOK = false
-	e.after = sized(e.after, n)
+	e.devPartOK, e.memoOK = false, false
 	e.devBuf, e.bestDevs = sized(e.devBuf, n)[:0], sized(e.bestDevs, n)[:0]
-	e.sizes = sized(e.sizes, nsizes)[:0]
+	e.packed = s.keys != nil
+	if !e.packed {
+		return
+	}
+	e.free, e.core = 0, 0
+	for d, m := range u.used {
+		if m == 0 {
+			e.free |= s.freeBit(d)
+		}
+		e.core += s.keys.core[m]
+	}
+	e.dev = s.deviceKey(e.free)
+}
+
+// initVectors sets up the capability vector now and the buffers of the vectors.
+func (e *evaluator) initVectors() {
+	u := e.u
+	nsizes := len(e.sizes)
+	e.after = sized(e.after, len(u.used))
 	e.before, e.devPart = sized(e.before, nsizes), sized(e.devPart, nsizes)
 	e.vec, e.bestVec = sized(e.vec, nsizes), sized(e.bestVec, nsizes)
-	for i := len(s.deviceSizes) - 1; i >= 0; i-- {
-		e.sizes = append(e.sizes, s.deviceSizes[i])
-	}
-	for k := s.CoresPerDevice - 1; k >= 1; k-- {
-		e.sizes = append(e.sizes, -k)
-	}
 	copy(e.after, u.used)
 	e.capability(e.after, e.before)
 }
 
 // consider keeps c when it beats the best so far under policy p.
 func (e *evaluator) consider(p Policy, c *candidate) {
+	if e.packed {
+		e.considerKeys(p, c)
+		return
+	}
 	if e.best.start >= 0 {
 		if p == FirstFit {
 			if c.less(&e.best) {
@@ -253,32 +283,43 @@ func (e *evaluator) keep(c *candidate, withVec bool) {
 }
 
 // coreCandidates considers every free valid core range of the request and reports whether
-// there was one.
+// there was one. It walks the ranges by first device, then by first core within it: the order
+// of candidate.less, so that under first-fit the first free range is the choice.
 func (e *evaluator) coreCandidates(p Policy, r Request) bool {
 	s, u := e.s, e.u
 	cpd := s.CoresPerDevice
 	want := s.DevicesNeeded(r)
-	for start := 0; start+r.Count <= s.Cores(); start++ {
-		first, last := start/cpd, (start+r.Count-1)/cpd
-		if last-first+1 != want {
-			continue
+	if e.packed && p == BestFit {
+		if want == 1 {
+			return e.bestCoresOnOneDevice(r.Count)
 		}
-		free := true
-		for d := first; d <= last && free; d++ {
-			free = u.used[d]&e.coreMask(d, first, last, start, r.Count) == 0
-		}
-		if !free {
-			continue
-		}
+		return e.bestCoresOverDevices(want, r.Count)
+	}
+	// A range over exactly want devices starts at most this far into its first device.
+	lastOffset := min(cpd-1, want*cpd-r.Count)
+	for first := 0; first+want <= s.Devices(); first++ {
+		last := first + want - 1
 		e.devBuf = e.devBuf[:0]
 		for d := first; d <= last; d++ {
 			e.devBuf = append(e.devBuf, d)
 		}
-		if want > 1 && !s.isValidSortedDeviceSet(e.devBuf) {
+		if want > 1 && !s.validRun(first, want) {
 			continue
 		}
-		c := candidate{devices: e.devBuf, start: start, count: r.Count}
-		e.consider(p, &c)
+		for start := first * cpd; start <= first*cpd+lastOffset; start++ {
+			free := true
+			for d := first; d <= last && free; d++ {
+				free = u.used[d]&e.coreMask(d, first, last, start, r.Count) == 0
+			}
+			if !free {
+				continue
+			}
+			c := candidate{devices: e.devBuf, start: start, count: r.Count}
+			e.consider(p, &c)
+			if p == FirstFit {
+				return true
+			}
+		}
 	}
 	return e.best.start >= 0
 }
@@ -289,10 +330,10 @@ func (e *evaluator) coreMask(d, first, last, start, count int) uint64 {
 	cpd := e.s.CoresPerDevice
 	lo, hi := 0, cpd-1
 	if d == first {
-		lo = start % cpd
+		lo = start - first*cpd
 	}
 	if d == last {
-		hi = (start + count - 1) % cpd
+		hi = start + count - 1 - last*cpd
 	}
 	return uint64(1)<<(hi+1) - uint64(1)<<lo
 }

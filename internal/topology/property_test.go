@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -193,9 +194,11 @@ func TestBestFitIsOptimalByItsMeasure(t *testing.T) {
 			}
 			e := &evaluator{}
 			e.init(u)
+			e.initVectors()
 			fc := toCandidate(s, fit.Allocation)
 			chosen := make([]int, len(e.before))
 			e.vectorOf(&fc, chosen)
+			chosenDev, chosenCore := e.keysOf(&fc)
 			v := make([]int, len(e.before))
 			for _, alt := range bruteForceFits(u, r) {
 				var a Allocation
@@ -205,8 +208,19 @@ func TestBestFitIsOptimalByItsMeasure(t *testing.T) {
 					a, _ = s.DeviceAllocation(alt)
 				}
 				ac := toCandidate(s, a)
-				if e.vectorOf(&ac, v); slices.Compare(v, chosen) > 0 {
+				e.vectorOf(&ac, v)
+				vecCmp := slices.Compare(v, chosen)
+				if vecCmp > 0 {
 					t.Fatalf("%s %v: best-fit chose %v (%v) but %v leaves %v", name, r, fit.Allocation, chosen, alt, v)
+				}
+				// The packed keys order the two placements as their vectors do.
+				dev, core := e.keysOf(&ac)
+				keyCmp := cmp.Compare(dev, chosenDev)
+				if keyCmp == 0 {
+					keyCmp = cmp.Compare(core, chosenCore)
+				}
+				if keyCmp != vecCmp {
+					t.Fatalf("%s %v: the keys of %v and %v compare %d, their vectors %v and %v %d", name, r, alt, fit.Allocation, keyCmp, v, chosen, vecCmp)
 				}
 			}
 		}

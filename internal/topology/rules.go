@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 )
@@ -80,6 +81,19 @@ func (s *Shape) validCoreCount(n int) bool {
 	return true
 }
 
+// accepts reports whether Validate accepts the request, without building its error.
+func (s *Shape) accepts(r Request) bool {
+	switch {
+	case r.Count < 1:
+		return false
+	case r.Unit == UnitDevice:
+		return s.validDeviceCount(r.Count)
+	case r.Unit == UnitCore:
+		return s.validCoreCount(r.Count)
+	}
+	return false
+}
+
 // Validate checks that the node's instance type accepts the request's count at all, whatever is
 // in use. It returns an *UnsupportedCountError with the Neuron scheduler extension's message.
 func (s *Shape) Validate(r Request) error {
@@ -138,15 +152,62 @@ func (s *Shape) isValidSortedDeviceSet(sorted []int) bool {
 	return false
 }
 
+// validRun is isValidSortedDeviceSet for the devices first..first+n-1.
+func (s *Shape) validRun(first, n int) bool {
+	total := s.Type.Devices
+	switch {
+	case n < 1 || first < 0 || first+n > total:
+		return false
+	case n == 1 || n == total:
+		return true
+	}
+	switch s.Kind() {
+	case KindSwitched:
+		return true
+	case KindTorus:
+		return (n == 4 || n == 8) && first%n == 0
+	case KindChain, KindRing:
+		if total > 64 {
+			return s.contiguousLong(seq(first, n))
+		}
+		var in uint64
+		for d := first; d < first+n; d++ {
+			in |= s.freeBit(d)
+		}
+		return s.contiguousMask(in)
+	}
+	return false
+}
+
 // contiguous reports whether the devices form one run along the chain or ring.
 func (s *Shape) contiguous(devices []int) bool {
 	total := s.Type.Devices
-	var inArr [16]bool // on the stack: no allocation for nodes of up to 16 devices
-	in := inArr[:]
-	if total > len(inArr) {
-		in = make([]bool, total)
+	if total > 64 {
+		return s.contiguousLong(devices)
 	}
-	in = in[:total]
+	var in uint64
+	for _, d := range devices {
+		in |= s.freeBit(d)
+	}
+	return s.contiguousMask(in)
+}
+
+// contiguousMask is contiguous for the devices at the positions along the links set in in
+// (bit p: the device at position p), on a node of at most 64 devices. A run starts at every
+// position in the set whose predecessor is not; a ring's first position follows its last.
+func (s *Shape) contiguousMask(in uint64) bool {
+	total := s.Type.Devices
+	prev := in << 1
+	if s.Kind() == KindRing {
+		prev |= in >> (total - 1) & 1
+	}
+	return bits.OnesCount64(in&^prev) == 1
+}
+
+// contiguousLong is contiguous for nodes of more than 64 devices.
+func (s *Shape) contiguousLong(devices []int) bool {
+	total := s.Type.Devices
+	in := make([]bool, total)
 	for _, d := range devices {
 		in[s.graph.pos[d]] = true
 	}

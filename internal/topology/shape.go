@@ -70,6 +70,10 @@ type Shape struct {
 	// count of disjoint free core runs of each size cpd-1..1 inside it (row m, cpd-1 entries;
 	// zero for a free or full device), as the placement engine counts them.
 	coreRuns []int32
+	// sizes is the order of the capability vector's entries: device-set sizes descending, then
+	// core-run sizes cpd-1..1 as negative numbers.
+	sizes []int
+	keys  *packedKeys // nil when the vector does not pack into two integers
 }
 
 // NewShape returns the shape of a node of type t at the given LNC (0: the type's default), with
@@ -126,7 +130,21 @@ func NewShapeWithGraph(t InstanceType, lnc int, g *Graph) (*Shape, error) {
 			}
 		}
 	}
+	s.sizes = s.vectorSizes()
+	s.keys = newPackedKeys(s)
 	return s, nil
+}
+
+// vectorSizes returns the order of the capability vector's entries (Shape.sizes).
+func (s *Shape) vectorSizes() []int {
+	out := make([]int, 0, len(s.deviceSizes)+max(s.CoresPerDevice-1, 0))
+	for i := len(s.deviceSizes) - 1; i >= 0; i-- {
+		out = append(out, s.deviceSizes[i])
+	}
+	for k := s.CoresPerDevice - 1; k >= 1; k-- {
+		out = append(out, -k)
+	}
+	return out
 }
 
 // Devices is the number of devices of the node.

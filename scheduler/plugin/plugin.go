@@ -18,7 +18,9 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 
@@ -43,10 +45,12 @@ type Args struct {
 
 // Plugin is the NeuronTopology plugin.
 type Plugin struct {
-	h       fwk.Handle
-	policy  topology.Policy
-	shapes  *allocation.Shapes
-	records allocation.RecordCache
+	h      fwk.Handle
+	policy topology.Policy
+	shapes *allocation.Shapes
+	// nodeShapes holds the shape of each node object (shapeOf).
+	nodeShapes sync.Map // node name -> *nodeShape
+	records    allocation.RecordCache
 	// reserved holds the devices Reserve chose for pods whose Binding has not shown in the
 	// scheduler's snapshot yet.
 	reserved reservations
@@ -73,11 +77,9 @@ var (
 
 // New builds the plugin from its arguments.
 func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	var args Args
-	if obj != nil {
-		if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
-			return nil, fmt.Errorf("%s: decoding the plugin's args: %w", Name, err)
-		}
+	args, err := decodeArgs(obj)
+	if err != nil {
+		return nil, err
 	}
 	policy, err := parsePolicy(args.Policy)
 	if err != nil {
@@ -109,6 +111,27 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 
 func newPlugin(h fwk.Handle, policy topology.Policy, cat *topology.Catalog) *Plugin {
 	return &Plugin{h: h, policy: policy, shapes: allocation.NewShapes(cat)}
+}
+
+// decodeArgs decodes the plugin's args strictly: a misspelt field is an error, not a default.
+func decodeArgs(obj runtime.Object) (Args, error) {
+	var args Args
+	if obj == nil {
+		return args, nil
+	}
+	if u, ok := obj.(*runtime.Unknown); ok {
+		// The configuration file's YAML arrives as JSON.
+		dec := json.NewDecoder(bytes.NewReader(u.Raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&args); err != nil {
+			return args, fmt.Errorf("%s: the plugin's args: %w (the only field is policy: best-fit or first-fit)", Name, err)
+		}
+		return args, nil
+	}
+	if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+		return args, fmt.Errorf("%s: the plugin's args: %w", Name, err)
+	}
+	return args, nil
 }
 
 // parsePolicy returns the placement policy the args name.

@@ -60,10 +60,15 @@ func (p *Plugin) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod,
 // Bind binds a pod with Neuron requests with one Binding that carries its allocation record:
 // the API server merges the annotations into the pod in the same write that sets its node, so
 // the record and the binding land together or not at all. Other pods are left to DefaultBinder.
-func (p *Plugin) Bind(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+func (p *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	if _, neuron := readState(state); !neuron {
+		return fwk.NewStatus(fwk.Skip)
+	}
 	rec := p.reserved.get(pod.UID)
 	if rec == nil || rec.Node != nodeName {
-		return fwk.NewStatus(fwk.Skip)
+		// Never let DefaultBinder bind a Neuron pod without a record: the device plugin would
+		// have nothing to serve it.
+		return fwk.AsStatus(fmt.Errorf("no Neuron devices are reserved for pod %s/%s on node %s (the pod was deleted, or its reservation was undone); the scheduler will try it again", pod.Namespace, pod.Name, nodeName))
 	}
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: rec.Annotations()},

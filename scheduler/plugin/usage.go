@@ -46,7 +46,7 @@ func (p *Plugin) view(ctx context.Context, ni fwk.NodeInfo) (v nodeView, unresol
 		return v, true, errors.New("the node is gone")
 	}
 	v.name, v.gen = node.Name, ni.GetGeneration()
-	if v.shape, err = p.shapes.Of(node); err != nil {
+	if v.shape, err = p.shapeOf(node); err != nil {
 		return v, true, err
 	}
 	pods := ni.GetPods()
@@ -84,6 +84,26 @@ func (p *Plugin) view(ctx context.Context, ni fwk.NodeInfo) (v nodeView, unresol
 		p.nodes.keepUsage(v.name, v.gen, v.shape, u)
 	}
 	return v, false, nil
+}
+
+// nodeShape is a node object's shape, or why the plugin cannot serve the node.
+type nodeShape struct {
+	node  *corev1.Node
+	shape *topology.Shape
+	err   error
+}
+
+// shapeOf returns the node's shape, worked out once per node object: the scheduler's snapshot
+// hands out the same object until the node changes.
+func (p *Plugin) shapeOf(node *corev1.Node) (*topology.Shape, error) {
+	if v, ok := p.nodeShapes.Load(node.Name); ok {
+		if ns := v.(*nodeShape); ns.node == node {
+			return ns.shape, ns.err
+		}
+	}
+	shape, err := p.shapes.Of(node)
+	p.nodeShapes.Store(node.Name, &nodeShape{node: node, shape: shape, err: err})
+	return shape, err
 }
 
 // holdsRoom reports whether a pod nominated to a node (not bound yet) holds Neuron room there:

@@ -59,7 +59,10 @@ var installs = []struct {
 	{"TLS from your ClusterIssuer", []string{"scheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.tls.certManager.enabled=true",
 		"scheduler.tls.certManager.issuerRef.name=corp-ca", "scheduler.tls.certManager.issuerRef.kind=ClusterIssuer"}},
 	{"default scheduler with TLS from your own Secrets and the control plane's CIDRs", []string{"scheduler.enabled=true", "scheduler.customScheduler.enabled=false",
-		"scheduler.defaultScheduler.enabled=true", "scheduler.tls.enabled=true", "scheduler.networkPolicy.controlPlaneCIDRs={10.0.0.0/24}"}},
+		"scheduler.defaultScheduler.enabled=true", "scheduler.tls.generate=false", "scheduler.networkPolicy.controlPlaneCIDRs={10.0.0.0/24}"}},
+	{"scheduler extender over plain HTTP", []string{"scheduler.enabled=true", "scheduler.tls.enabled=false", "npd.enabled=false"}},
+	{"my-scheduler with the NeuronTopology plugin (neuron-kube-scheduler), two replicas, admission policy", []string{"scheduler.enabled=true",
+		"scheduler.customScheduler.mode=plugin", "scheduler.customScheduler.replicas=2", "scheduler.admissionPolicy.enabled=true", "npd.enabled=false"}},
 }
 
 // TestSeedInstallsDryRun applies every object of every install to the API server with
@@ -252,7 +255,8 @@ func TestContradictionsRefused(t *testing.T) {
 		{[]string{"draDriver.enabled=true"}, "a node must run the device plugin or the DRA driver, never both"},
 		{[]string{"scheduler.enabled=true", "scheduler.defaultScheduler.enabled=true"}, "the scheduler extender registers with one scheduler"},
 		{[]string{"scheduler.admissionPolicy.enabled=true"}, "my-scheduler is not installed"},
-		{[]string{"scheduler.enabled=true", "scheduler.tls.certManager.enabled=true"}, "scheduler.tls.enabled is false"},
+		{[]string{"scheduler.enabled=true", "scheduler.tls.enabled=false", "scheduler.tls.certManager.enabled=true"}, "scheduler.tls.enabled is false"},
+		{[]string{"scheduler.enabled=true", "scheduler.customScheduler.mode=plugin", "scheduler.defaultScheduler.enabled=true"}, "would both place Neuron pods on the same nodes"},
 	} {
 		out, err := framework.HelmTemplate(t, release, namespace, tc.sets...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -32,8 +32,9 @@ import (
 )
 
 // chartValues render the chart as the lab runs the components: the extender with my-scheduler
-// (no usage mirroring), the DRA driver next to the device plugin, the autoscaler's local provider.
-var chartValues = []string{"npd.enabled=false", "scheduler.enabled=true", "draDriver.enabled=true", "devicePlugin.allowWithDRA=true",
+// (mode extender whatever the chart's default, no usage mirroring), the DRA driver next to the
+// device plugin, the autoscaler's local provider.
+var chartValues = []string{"npd.enabled=false", "scheduler.enabled=true", "scheduler.customScheduler.mode=extender", "draDriver.enabled=true", "devicePlugin.allowWithDRA=true",
 	"autoscaler.enabled=true", "autoscaler.provider=local"}
 
 // components maps each binary (its client-go user agent) to the chart's roles of its

@@ -13,6 +13,8 @@ is idempotent):
   scheduler.customScheduler.image {repository, tag, pullPolicy} -> image, imagePullPolicy
   (and scheduler.customScheduler.image's default, kept out of values.yaml so that a table and a
   string both merge without a warning)
+  and the defaults of scheduler.customScheduler.mode, .pluginImage and scheduler.tls.generate
+  where the values lack them (helm upgrade --reuse-values of an older release)
 */}}
 {{- define "kube-neuron.normalize" -}}
 {{- $v := .Values -}}
@@ -23,6 +25,11 @@ is idempotent):
 {{- if hasKey $c "replicaCount" -}}{{- $_ := set $c "replicas" (int $c.replicaCount) -}}{{- end -}}
 {{- end -}}
 {{- $cs := $v.scheduler.customScheduler -}}
+{{- /* Keys newer than some installed releases: `helm upgrade --reuse-values` renders with the
+old release's chart values, which lack them (the schema does not require them either). */ -}}
+{{- if not (hasKey $cs "mode") -}}{{- $_ := set $cs "mode" "extender" -}}{{- end -}}
+{{- if not (hasKey $cs "pluginImage") -}}{{- $_ := set $cs "pluginImage" (dict "repository" "neuron-kube-scheduler") -}}{{- end -}}
+{{- if not (hasKey $v.scheduler.tls "generate") -}}{{- $_ := set $v.scheduler.tls "generate" true -}}{{- end -}}
 {{- if not (hasKey $cs "image") -}}
 {{- $_ := set $cs "image" "registry.k8s.io/kube-scheduler:v1.36.3" -}}
 {{- end -}}
@@ -89,6 +96,9 @@ public.ecr.aws/neuron/): the chart would run AWS's binary, which is not kube-neu
 {{- fail (printf "%s.image.repository is AWS's image, not kube-neuron's: remove it or point it at kube-neuron's %s (docs/images.md)" $key $name) -}}
 {{- end -}}
 {{- end -}}
+{{- if hasPrefix "public.ecr.aws/neuron/" ($.Values.scheduler.customScheduler.pluginImage.repository | default "") -}}
+{{- fail "scheduler.customScheduler.pluginImage.repository is AWS's image, not kube-neuron's: AWS's neuron-scheduler is an extender, not a kube-scheduler with the NeuronTopology plugin. Remove it or point it at kube-neuron's neuron-kube-scheduler (docs/images.md)" -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -111,13 +121,20 @@ image.localImages says the images are in the nodes' container runtime already.
 {{- define "kube-neuron.pullable" -}}
 {{- if not .Values.image.localImages -}}
 {{- $bare := list -}}
+{{- $images := list -}}
 {{- range $key := list "devicePlugin" "draDriver" "scheduler" "autoscaler" -}}
 {{- $c := get $.Values $key -}}
-{{- if $c.enabled -}}
-{{- $ref := include "kube-neuron.image" (dict "root" $ "image" $c.image) -}}
-{{- if not (include "kube-neuron.hasRegistry" $ref) -}}
-{{- $bare = append $bare (printf "%s.image (%s)" $key $ref) -}}
+{{- if and $c.enabled (or (ne $key "scheduler") (include "kube-neuron.scheduler.extender" $)) -}}
+{{- $images = append $images (list (printf "%s.image" $key) $c.image) -}}
 {{- end -}}
+{{- end -}}
+{{- if include "kube-neuron.myScheduler.plugin" . -}}
+{{- $images = append $images (list "scheduler.customScheduler.pluginImage" .Values.scheduler.customScheduler.pluginImage) -}}
+{{- end -}}
+{{- range $images -}}
+{{- $ref := include "kube-neuron.image" (dict "root" $ "image" (index . 1)) -}}
+{{- if not (include "kube-neuron.hasRegistry" $ref) -}}
+{{- $bare = append $bare (printf "%s (%s)" (index . 0) $ref) -}}
 {{- end -}}
 {{- end -}}
 {{- if $bare -}}

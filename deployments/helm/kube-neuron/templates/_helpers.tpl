@@ -208,20 +208,110 @@ Where my-scheduler mounts its client certificate Secret (scheduler.tls.clientSec
 {{- end -}}
 
 {{/*
-my-scheduler's KubeSchedulerConfiguration: the extender through its Service.
+"true" when my-scheduler runs neuron-kube-scheduler (customScheduler.mode plugin), which needs
+no extender.
+*/}}
+{{- define "kube-neuron.myScheduler.plugin" -}}
+{{- $c := .Values.scheduler.customScheduler -}}
+{{- if and .Values.scheduler.enabled $c.enabled (eq $c.mode "plugin") }}true{{ end -}}
+{{- end -}}
+
+{{/*
+"true" when the extender runs: scheduler.enabled, unless my-scheduler runs the plugin (the
+default-scheduler mode and the extender-only install keep it).
+*/}}
+{{- define "kube-neuron.scheduler.extender" -}}
+{{- if and .Values.scheduler.enabled (not (include "kube-neuron.myScheduler.plugin" .)) }}true{{ end -}}
+{{- end -}}
+
+{{/*
+"true" when the extender serves HTTPS with client authentication.
+*/}}
+{{- define "kube-neuron.scheduler.tls" -}}
+{{- if and (include "kube-neuron.scheduler.extender" .) .Values.scheduler.tls.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/*
+"true" when the chart generates the extender's CA and certificates (tls.generate without
+cert-manager).
+*/}}
+{{- define "kube-neuron.scheduler.tlsGenerate" -}}
+{{- $t := .Values.scheduler.tls -}}
+{{- if and (include "kube-neuron.scheduler.tls" .) $t.generate (not $t.certManager.enabled) }}true{{ end -}}
+{{- end -}}
+
+{{/*
+The data of the two Secrets the chart generates, as JSON {"server": {...}, "client": {...}},
+each with tls.crt, tls.key and ca.crt base64-encoded. Secrets that already exist in the cluster
+(helm upgrade reads them with lookup) are kept as they are, so that an upgrade does not replace
+the certificates of running pods; when either is missing or incomplete, a new CA signs both
+anew. helm template and helm install --dry-run see no cluster and print fresh ones. The result
+is kept in .Values for the rest of the render, so that the Secrets and my-scheduler's checksum
+agree (each call of genCA makes another CA).
+*/}}
+{{- define "kube-neuron.scheduler.tlsData" -}}
+{{- $t := .Values.scheduler.tls -}}
+{{- if not (hasKey $t "_rendered") -}}
+{{- $ns := .Values.scheduler.namespace -}}
+{{- $keys := list "tls.crt" "tls.key" "ca.crt" -}}
+{{- $found := dict -}}
+{{- range $role, $name := dict "server" $t.serverSecretName "client" $t.clientSecretName -}}
+{{- $data := (lookup "v1" "Secret" $ns $name).data | default dict -}}
+{{- $complete := true -}}
+{{- range $keys -}}{{- if not (get $data .) -}}{{- $complete = false -}}{{- end -}}{{- end -}}
+{{- if $complete -}}{{- $_ := set $found $role (pick $data "tls.crt" "tls.key" "ca.crt") -}}{{- end -}}
+{{- end -}}
+{{- if not (and (hasKey $found "server") (hasKey $found "client")) -}}
+{{- $ca := genCA "k8s-neuron-scheduler-ca" 3650 -}}
+{{- $svc := "k8s-neuron-scheduler" -}}
+{{- $dns := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
+{{- $server := genSignedCert (include "kube-neuron.scheduler.serverName" .) nil $dns 3650 $ca -}}
+{{- $client := genSignedCert "my-scheduler" nil nil 3650 $ca -}}
+{{- $found = dict
+  "server" (dict "tls.crt" ($server.Cert | b64enc) "tls.key" ($server.Key | b64enc) "ca.crt" ($ca.Cert | b64enc))
+  "client" (dict "tls.crt" ($client.Cert | b64enc) "tls.key" ($client.Key | b64enc) "ca.crt" ($ca.Cert | b64enc)) -}}
+{{- end -}}
+{{- $_ := set $t "_rendered" $found -}}
+{{- end -}}
+{{- toJson (get $t "_rendered") -}}
+{{- end -}}
+
+{{/*
+my-scheduler's KubeSchedulerConfiguration: in mode extender the extender through its Service;
+in mode plugin neuron-kube-scheduler's NeuronTopology plugin (the profile is
+lab.PluginSchedulerConfig's, which the chart's tests compare it with). Both elect their leader
+on the same Lease, so that the old and the new mode never schedule at once during a switch.
 */}}
 {{- define "kube-neuron.myScheduler.config" -}}
 {{- $s := .Values.scheduler -}}
-{{- $tls := dict -}}
-{{- if $s.tls.enabled -}}
-{{- $dir := include "kube-neuron.myScheduler.tlsDir" . -}}
-{{- $tls = dict "serverName" (include "kube-neuron.scheduler.serverName" .) "certFile" (printf "%s/tls.crt" $dir) "keyFile" (printf "%s/tls.key" $dir) "caFile" (printf "%s/ca.crt" $dir) -}}
-{{- end -}}
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:
   - schedulerName: my-scheduler
+{{- if include "kube-neuron.myScheduler.plugin" . }}
+    plugins:
+      multiPoint:
+        enabled:
+          - name: NeuronTopology
+            weight: 10
+      bind:
+        enabled:
+          - name: NeuronTopology
+          - name: DefaultBinder
+        disabled:
+          - name: "*"
+    pluginConfig:
+      - name: NeuronTopology
+        args:
+          policy: {{ $s.policy }}
+{{- else }}
+{{- $tls := dict -}}
+{{- if include "kube-neuron.scheduler.tls" . -}}
+{{- $dir := include "kube-neuron.myScheduler.tlsDir" . -}}
+{{- $tls = dict "serverName" (include "kube-neuron.scheduler.serverName" .) "certFile" (printf "%s/tls.crt" $dir) "keyFile" (printf "%s/tls.key" $dir) "caFile" (printf "%s/ca.crt" $dir) -}}
+{{- end }}
 {{ include "kube-neuron.scheduler.extenders" (dict "urlPrefix" (printf "%s://k8s-neuron-scheduler.%s.svc.cluster.local:%d" (include "kube-neuron.scheduler.scheme" .) $s.namespace (int $s.port)) "weight" $s.extenderWeight "tls" $tls) }}
+{{- end }}
 leaderElection:
   leaderElect: true
   resourceNamespace: {{ $s.namespace }}
@@ -269,6 +359,9 @@ Fails rendering on contradictory values. validate.yaml includes it, so every ren
 {{- fail (printf "draDriver.healthcheckPort and draDriver.metricsPort are both %d: the DRA driver serves its gRPC health service and its HTTP metrics on two ports. Set one of them to another port." (int .Values.draDriver.metricsPort)) -}}
 {{- end -}}
 {{- if and .Values.scheduler.customScheduler.enabled .Values.scheduler.defaultScheduler.enabled -}}
+{{- if eq .Values.scheduler.customScheduler.mode "plugin" -}}
+{{- fail "scheduler.customScheduler.mode is plugin and scheduler.defaultScheduler.enabled is true: my-scheduler (neuron-kube-scheduler) and the default scheduler with the extender would both place Neuron pods on the same nodes, each unaware of the devices the other is choosing at that moment. Use one: leave scheduler.defaultScheduler.enabled=false to use my-scheduler with the plugin, or set --set scheduler.customScheduler.enabled=false to register the extender with the default scheduler." -}}
+{{- end -}}
 {{- fail "scheduler.customScheduler.enabled and scheduler.defaultScheduler.enabled are both true: the scheduler extender registers with one scheduler. Set --set scheduler.customScheduler.enabled=false to use the default scheduler, or leave scheduler.defaultScheduler.enabled=false to use the second scheduler my-scheduler." -}}
 {{- end -}}
 {{- $s := .Values.scheduler -}}
