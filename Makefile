@@ -58,15 +58,29 @@ LAB_FLAGS  = --bin-dir "$(call TOOLS,$(KUBE_TOOLS))" --chart $(CHART) --helm "$$
 test: lint unit e2e ## Run all tests: go vet, staticcheck, unit and e2e tests with -race (the CI command)
 
 .PHONY: unit
-unit: ## Run the unit tests with -race
+unit: ## Run the unit tests with -race (the product module and the scheduler module in scheduler/)
 	$(GO) test -race -count=1 ./...
+	cd scheduler && $(GO) test -race -count=1 ./...
+
+# The e2e scenarios that exercise my-scheduler, run a second time with my-scheduler as
+# neuron-kube-scheduler (KUBE_NEURON_SCHEDULING=plugin) instead of the stock kube-scheduler with
+# neuron-scheduler-extender. Left out of that second run, because they are about the extender
+# itself or do not use my-scheduler: TestTwoReplicasNeverShareDevices (two extender replicas and
+# their bind Leases), TestSwitchKeepsRunningPodsDevices (it switches from the extender to
+# neuron-kube-scheduler itself), TestUninstallCleanup (the extender's bind Leases), the other
+# autoscaler tests (their pods use the default scheduler), and the packages that run the extender
+# only (security: its TLS and RBAC; chart, realnode: the chart's Deployments).
+SHARED_E2E_RUN  := ^(TestSeedScenarios|TestChurn|TestExplain|TestTakeOver|TestTwentyMixedPodsGetTheCheapestFleet|TestRestartLaunchesNothingTwice)$$
+SHARED_E2E_PKGS := ./test/e2e/extender/ ./test/e2e/migration/ ./test/e2e/autoscaler/
 
 # The real-node tier (test/e2e/realnode) runs after the others, alone: its kubelets and containers
 # would otherwise take the CPU the timing-sensitive tests of the simulated labs need.
 .PHONY: e2e
-e2e: ## Run the e2e tests on labs (real control plane; simulated nodes, then the real-node tier unless KUBE_NEURON_REAL_NODES=0) with -race
+e2e: ## Run the e2e tests on labs (real control plane; simulated nodes, the scenarios of my-scheduler again with neuron-kube-scheduler, then the real-node tier unless KUBE_NEURON_REAL_NODES=0) with -race
 	KUBE_NEURON_TOOLS_BIN="$(call TOOLS,$(KUBE_TOOLS))" \
 	$(GO) test -race -count=1 -tags e2e -timeout 30m $$($(GO) list -tags e2e ./test/e2e/... | grep -v /test/e2e/realnode)
+	KUBE_NEURON_TOOLS_BIN="$(call TOOLS,$(KUBE_TOOLS))" KUBE_NEURON_SCHEDULING=plugin \
+	$(GO) test -race -count=1 -tags e2e -timeout 30m -run '$(SHARED_E2E_RUN)' $(SHARED_E2E_PKGS)
 	KUBE_NEURON_TOOLS_BIN="$(call TOOLS,$(KUBE_TOOLS))" \
 	KUBE_NEURON_REAL_NODE_FLAGS="$$(if [ "$(KUBE_NEURON_REAL_NODES)" != 0 ]; then hack/real-nodes.sh; fi)" \
 	$(GO) test -race -count=1 -tags e2e -timeout 30m ./test/e2e/realnode/
@@ -92,8 +106,9 @@ lab-down: ## Stop the lab that lab-up started, and say what it stopped (or that 
 	@$(BIN)/neuron-lab down --dir $(LAB_DIR)
 
 .PHONY: lint
-lint: ## Run go vet and the pinned staticcheck (e2e tests included)
+lint: ## Run go vet (the scheduler module too) and the pinned staticcheck (e2e tests included)
 	$(GO) vet -tags e2e ./...
+	cd scheduler && $(GO) vet ./...
 	@echo "staticcheck -tags e2e ./..."
 	@"$(call TOOLS,staticcheck)/staticcheck" -tags e2e ./...
 

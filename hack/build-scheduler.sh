@@ -41,8 +41,7 @@ fi
 cd scheduler
 CGO_ENABLED=$race GOFLAGS=-mod=mod go build "${flags[@]}" -o "$bin/neuron-kube-scheduler.tmp" ./cmd/neuron-kube-scheduler
 mv "$bin/neuron-kube-scheduler.tmp" "$bin/neuron-kube-scheduler"
-# Older builds of the same flavour are of sources that changed: keep only this one.
-for d in "$cache/$flavour"-*; do
-  [ "$d" = "$bin" ] || rm -rf "$d"
-done
+# Older builds of the same flavour are of other source trees (other worktrees share the cache):
+# keep the three newest.
+ls -1dt "$cache/$flavour"-* 2>/dev/null | tail -n +4 | xargs -r rm -rf
 echo "$bin"

@@ -15,14 +15,14 @@ tools=$("$here/build-tools.sh" kube-scheduler)
 node=$("$here/node/build.sh")
 platform=linux/$(go env GOARCH)
 
-# What the images are made of: the product's Go sources, the image builder, the prebuilt
-# binaries and the chart's appVersion (the tag).
+# What the images are made of: the product's Go sources, neuron-kube-scheduler's module
+# (scheduler/), the image builder, the prebuilt binaries and the chart's appVersion (the tag).
 key=$(
   cd "$repo"
   {
-    git ls-files -s -- go.mod go.sum cmd internal api test/images hack/images deployments/helm/kube-neuron/Chart.yaml 2>/dev/null
-    git diff HEAD -- go.mod go.sum cmd internal api test/images hack/images deployments/helm/kube-neuron/Chart.yaml 2>/dev/null
-    git ls-files --others --exclude-standard -- cmd internal api test/images hack/images 2>/dev/null | xargs -r sha256sum
+    git ls-files -s -- go.mod go.sum cmd internal api scheduler test/images hack/images deployments/helm/kube-neuron/Chart.yaml 2>/dev/null
+    git diff HEAD -- go.mod go.sum cmd internal api scheduler test/images hack/images deployments/helm/kube-neuron/Chart.yaml 2>/dev/null
+    git ls-files --others --exclude-standard -- cmd internal api scheduler test/images hack/images 2>/dev/null | xargs -r sha256sum
     echo "$tools $node $platform"
   } | sha256sum | cut -c1-16
 )

@@ -63,7 +63,11 @@ func upCommand(f *flags, out io.Writer) *cobra.Command {
 			}
 			for _, c := range f.components { // the background lab would fail on it
 				if _, err := os.Stat(filepath.Join(selfDir(), c)); err != nil {
-					return fmt.Errorf("component %s is not in %s: run make build, or leave it out of --components (COMPONENTS)", c, selfDir())
+					build := "run make build"
+					if c == lab.ComponentKubeScheduler { // a module of its own, not built by make build
+						build = "copy it there from the directory hack/build-scheduler.sh prints"
+					}
+					return fmt.Errorf("component %s is not in %s: %s, or leave it out of --components (COMPONENTS)", c, selfDir(), build)
 				}
 			}
 			self, err := os.Executable()

@@ -33,7 +33,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	p := root.PersistentFlags()
 	p.StringVar(&f.dir, "dir", ".lab", "lab state directory (kubeconfig, logs, bin/kubectl)")
 	p.StringVar(&f.binDir, "bin-dir", os.Getenv("KUBE_NEURON_TOOLS_BIN"), "directory of the pinned etcd and Kubernetes binaries (hack/build-tools.sh prints it)")
-	p.StringSliceVar(&f.components, "components", lab.DefaultComponents(), "kube-neuron components to run, from the directory of this binary (a comma list; demo: all but the autoscaler, which its last act starts)")
+	p.StringSliceVar(&f.components, "components", lab.DefaultComponents(), "kube-neuron components to run, from the directory of this binary (a comma list; demo: all but the autoscaler, which its last act starts); "+
+		lab.ComponentKubeScheduler+" in place of "+lab.ComponentExtender+" runs my-scheduler with the NeuronTopology plugin")
 	p.StringArrayVar(&f.manifests, "apply", nil, "YAML file to apply once the lab runs (repeatable), such as the rendered Helm chart")
 	p.StringVar(&f.fleetFile, "fleet", "", "fleet file (default: one inf2.48xlarge, one trn1.32xlarge, one trn2.48xlarge in DRA mode)")
 	f.real.add(root)

@@ -75,6 +75,8 @@ func TestErrorsArePrintedOnce(t *testing.T) {
 		{"unknown field", []string{"up", "--fleet", writeFile(t, dir, "typo.yaml", "nodes: [{name: x, instanceType: trn1.32xlarge, kubelets: real}]\n")}, `unknown field "kubelets"`},
 		{"component", []string{"up", "--components", "neuron-device-plugin,neuron-autoscaller"}, `error: unknown component "neuron-autoscaller": name them as a comma list of`},
 		{"missing binary", []string{"up", "--components", "neuron-dra-driver"}, "error: component neuron-dra-driver is not in "},
+		{"missing scheduler", []string{"up", "--components", "neuron-kube-scheduler"}, "from the directory hack/build-scheduler.sh prints"},
+		{"two schedulers", []string{"up", "--components", "neuron-scheduler-extender,neuron-kube-scheduler"}, "both run my-scheduler"},
 		{"argument", []string{"status", "extra"}, `error: unknown command "extra" for "neuron-lab status"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,13 +21,22 @@ import (
 // product has no version variable to set; the version is the image's label and tag.
 const ldflags = "-s -w -buildid="
 
-// component is one image: a binary (./cmd/<name> of the product module unless pkg or prebuilt
-// says otherwise) and the user it runs as.
+// component is one image: a binary (./cmd/<name> of the product module unless module, pkg or
+// prebuilt says otherwise) and the user it runs as.
 type component struct {
 	name string
 	user string
-	// pkg is the package to build, relative to the product module; default ./cmd/<name>.
+	// module is the directory of the Go module that holds pkg, relative to the repository;
+	// default "" the product module. neuron-kube-scheduler builds from scheduler/, a module of
+	// its own (it imports k8s.io/kubernetes, which the product module never does).
+	module string
+	// pkg is the package to build, relative to the module; default ./cmd/<name>.
 	pkg string
+	// kubeVersion: the binary is a kube-scheduler; its version (k8s.io/component-base/version,
+	// client-go's) is set to the k8s.io/kubernetes version its module requires, as
+	// hack/build-scheduler.sh sets it. complete fills versionFlags from it.
+	kubeVersion  bool
+	versionFlags string
 	// prebuilt names a binary that is built elsewhere (the pinned kube-scheduler, CoreDNS): the
 	// image packs that file for the build platform only.
 	prebuilt bool
@@ -45,6 +55,65 @@ func (c component) pkgPath() string {
 		return c.pkg
 	}
 	return "./cmd/" + c.name
+}
+
+// ldflags are the component's linker flags: the fixed ones, then its version flags.
+func (c component) ldflags() string {
+	if c.versionFlags == "" {
+		return ldflags
+	}
+	return ldflags + " " + c.versionFlags
+}
+
+// buildCommand is how the binary is built, for the image's history.
+func (c component) buildCommand(p v1.Platform) string {
+	cmd := fmt.Sprintf("CGO_ENABLED=0 GOOS=%s GOARCH=%s go build -trimpath -buildvcs=false -ldflags='%s' %s", p.OS, p.Architecture, c.ldflags(), c.pkgPath())
+	if c.module != "" {
+		cmd = "cd " + c.module + " && " + cmd
+	}
+	return cmd
+}
+
+var kubernetesRequireRE = regexp.MustCompile(`(?m)^\s*(?:require\s+)?k8s\.io/kubernetes\s+(v\S+)`)
+
+// resolveVersionFlags sets versionFlags of a kubeVersion component from its module's go.mod.
+func (c *component) resolveVersionFlags(repo string) error {
+	if !c.kubeVersion {
+		return nil
+	}
+	gomod := filepath.Join(repo, c.module, "go.mod")
+	data, err := os.ReadFile(gomod)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.name, err)
+	}
+	m := kubernetesRequireRE.FindSubmatch(data)
+	if m == nil {
+		return fmt.Errorf("%s: %s requires no k8s.io/kubernetes", c.name, gomod)
+	}
+	version := string(m[1])
+	major, minor, ok := kubeMajorMinor(version)
+	if !ok {
+		return fmt.Errorf("%s: k8s.io/kubernetes %s in %s is not vMAJOR.MINOR.PATCH", c.name, version, gomod)
+	}
+	var flags []string
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		flags = append(flags, "-X "+pkg+".gitVersion="+version, "-X "+pkg+".gitMajor="+major, "-X "+pkg+".gitMinor="+minor, "-X "+pkg+".gitTreeState=clean")
+	}
+	c.versionFlags = strings.Join(flags, " ")
+	return nil
+}
+
+func kubeMajorMinor(v string) (major, minor string, ok bool) {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) != 3 || !strings.HasPrefix(v, "v") {
+		return "", "", false
+	}
+	for _, p := range parts[:2] {
+		if _, err := strconv.Atoi(p); err != nil {
+			return "", "", false
+		}
+	}
+	return parts[0], parts[1], true
 }
 
 func (c component) entry() string {
@@ -75,6 +144,8 @@ var components = []component{
 	{name: "neuron-scheduler-extender", user: nonrootUser},
 	{name: "neuron-dra-driver", user: rootUser},
 	{name: "neuron-autoscaler", user: nonrootUser},
+	// kube-scheduler with the NeuronTopology plugin: as kube-scheduler's own image, nonroot.
+	{name: "neuron-kube-scheduler", user: nonrootUser, module: "scheduler", kubeVersion: true},
 }
 
 // labComponents are the images real lab nodes run besides the components (docs/lab.md): the
@@ -89,26 +160,42 @@ var labComponents = []component{
 	{name: "coredns", user: rootUser, prebuilt: true, entrypoint: "/coredns", ref: "registry.k8s.io/coredns/coredns"},
 }
 
-// goBuild builds the components' packages of the module in repo for platform p into dir, each
-// binary named after its component, with the flags that make the binaries reproducible. env is
-// added to the environment last, so it wins (the tests set GOCACHE with it).
+// goBuild builds the components' packages for platform p into dir, each binary named after its
+// component, with the flags that make the binaries reproducible: one go build for each module
+// and set of linker flags. env is added to the environment last, so it wins (the tests set
+// GOCACHE with it).
 func goBuild(ctx context.Context, repo, dir string, p v1.Platform, cs []component, env []string, log io.Writer) error {
-	var names []string
-	var pkgs []string
+	type group struct {
+		module, ldflags string
+		names, pkgs     []string
+	}
+	var groups []*group
 	for _, c := range cs {
 		if c.prebuilt {
 			continue
 		}
-		names = append(names, c.name)
-		pkgs = append(pkgs, c.pkgPath())
+		i := slices.IndexFunc(groups, func(g *group) bool { return g.module == c.module && g.ldflags == c.ldflags() })
+		if i < 0 {
+			groups = append(groups, &group{module: c.module, ldflags: c.ldflags()})
+			i = len(groups) - 1
+		}
+		groups[i].names = append(groups[i].names, c.name)
+		groups[i].pkgs = append(groups[i].pkgs, c.pkgPath())
 	}
-	if len(pkgs) == 0 {
-		return nil
+	for _, g := range groups {
+		if err := goBuildModule(ctx, filepath.Join(repo, g.module), dir, g.ldflags, p, g.names, g.pkgs, env, log); err != nil {
+			return err
+		}
 	}
-	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=" + ldflags, "-o", dir + string(filepath.Separator)}
+	return nil
+}
+
+// goBuildModule builds packages of the module in moduleDir into dir.
+func goBuildModule(ctx context.Context, moduleDir, dir, flags string, p v1.Platform, names, pkgs, env []string, log io.Writer) error {
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=" + flags, "-o", dir + string(filepath.Separator)}
 	args = append(args, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = repo
+	cmd.Dir = moduleDir
 	cmd.Env = append(os.Environ(),
 		"CGO_ENABLED=0",
 		"GOOS="+p.OS,
@@ -125,7 +212,7 @@ func goBuild(ctx context.Context, repo, dir string, p v1.Platform, cs []componen
 	cmd.Stderr = &stderr
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go %s (GOOS=%s GOARCH=%s): %w\n%s", strings.Join(args, " "), p.OS, p.Architecture, err, stderr.String())
+		return fmt.Errorf("go %s in %s (GOOS=%s GOARCH=%s): %w\n%s", strings.Join(args, " "), moduleDir, p.OS, p.Architecture, err, stderr.String())
 	}
 	fmt.Fprintf(log, "built %s for %s/%s in %s\n", strings.Join(names, " "), p.OS, p.Architecture, time.Since(start).Round(100*time.Millisecond))
 	return nil

@@ -93,6 +93,7 @@ func TestArchive(t *testing.T) {
 		"neuron-scheduler-extender": "65532:65532",
 		"neuron-dra-driver":         "0:0",
 		"neuron-autoscaler":         "65532:65532",
+		"neuron-kube-scheduler":     "65532:65532",
 	}
 	if got, want := slices.Sorted(slices.Values(componentNames(components))), slices.Sorted(maps.Keys(wantUser)); !slices.Equal(got, want) {
 		t.Fatalf("components %q, want %q", got, want)

@@ -138,6 +138,12 @@ func (o *options) complete(platforms string, names []string) error {
 			o.components = append(o.components, all[i])
 		}
 	}
+	o.components = slices.Clone(o.components)
+	for i := range o.components {
+		if err := o.components[i].resolveVersionFlags(repo); err != nil {
+			return err
+		}
+	}
 	for _, c := range o.components {
 		if !c.prebuilt {
 			continue
@@ -267,7 +273,7 @@ func writeComponent(o options, c component, base v1.Layer, dirs map[string]strin
 		if err != nil {
 			return result{}, err
 		}
-		createdBy := fmt.Sprintf("CGO_ENABLED=0 GOOS=%s GOARCH=%s go build -trimpath -buildvcs=false -ldflags='%s' %s", p.OS, p.Architecture, ldflags, c.pkgPath())
+		createdBy := c.buildCommand(p)
 		if c.prebuilt {
 			createdBy = "a prebuilt " + c.name + " binary (hack/build-tools.sh, hack/node/build.sh)"
 		}

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
+	"regexp"
 	"testing"
 )
 
@@ -60,11 +60,13 @@ func TestChartUsesTheseImages(t *testing.T) {
 	t.Parallel()
 	values := string(readFile(t, filepath.Join("..", "..", "deployments", "helm", "kube-neuron", "values.yaml")))
 	for _, c := range components {
-		if !strings.Contains(values, "\n    repository: "+c.name+"\n") {
-			t.Errorf("values.yaml has no image.repository %s", c.name)
+		// image.repository of the component's values (pluginImage.repository for
+		// neuron-kube-scheduler, which customScheduler nests deeper).
+		if !regexp.MustCompile(`\n +repository: ` + regexp.QuoteMeta(c.name) + `\n`).MatchString(values) {
+			t.Errorf("values.yaml has no image repository %s", c.name)
 		}
-		if _, err := os.Stat(filepath.Join("..", "..", "cmd", c.name, "main.go")); err != nil {
-			t.Errorf("component %s is not a binary of cmd/: %v", c.name, err)
+		if _, err := os.Stat(filepath.Join("..", "..", c.module, c.pkgPath(), "main.go")); err != nil {
+			t.Errorf("component %s is not a binary of %s: %v", c.name, filepath.Join(c.module, c.pkgPath()), err)
 		}
 	}
 }

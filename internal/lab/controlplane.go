@@ -383,8 +383,8 @@ func prepareDir(dir string) error {
 	return nil
 }
 
-// start starts one control-plane process, records it in the state and in c.procs. binary is a
-// file of BinDir or an absolute path.
+// start starts one control-plane process, records it in the state and in c.procs. binary is
+// a name in BinDir or an absolute path.
 func (c *ControlPlane) start(ctx context.Context, name, binary string, order int, args []string) (*Process, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -396,12 +396,13 @@ func (c *ControlPlane) start(ctx context.Context, name, binary string, order int
 			return nil, fmt.Errorf("start %s: a process of that name already runs (pid %d): pick another name", name, lp.p.PID())
 		}
 	}
-	if !filepath.IsAbs(binary) {
-		binary = filepath.Join(c.binDir, binary)
+	path := binary
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(c.binDir, binary)
 	}
 	po := ProcessOptions{
 		Name:    name,
-		Path:    binary,
+		Path:    path,
 		Args:    args,
 		LogPath: c.LogPath(name),
 		Detach:  c.detach,
@@ -429,12 +430,23 @@ func (c *ControlPlane) start(ctx context.Context, name, binary string, order int
 // returns once /healthz answers ok. Its log is LogPath(name). Extenders of a configuration
 // apply to all its profiles: give a scheduler with extenders its own process.
 func (c *ControlPlane) StartScheduler(ctx context.Context, name string, config []byte) error {
-	return c.StartSchedulerBinary(ctx, name, "kube-scheduler", config)
+	return c.StartSchedulerBinary(ctx, name, "", config)
 }
 
-// StartSchedulerBinary is StartScheduler with another binary that takes kube-scheduler's
-// flags and configuration (neuron-kube-scheduler): path is absolute, or a file of BinDir.
+// StartSchedulerBinary is StartScheduler with another scheduler binary: path is an absolute
+// path of a kube-scheduler built with plugins of its own (neuron-kube-scheduler takes the same
+// flags and configuration file), "" the pinned kube-scheduler of BinDir.
 func (c *ControlPlane) StartSchedulerBinary(ctx context.Context, name, path string, config []byte) error {
+	binary := SchedulerName
+	if path != "" {
+		if !filepath.IsAbs(path) {
+			return fmt.Errorf("start scheduler %s: the binary %q is not an absolute path", name, path)
+		}
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("start scheduler %s: %w", name, err)
+		}
+		binary = path
+	}
 	if !processNameRE.MatchString(name) {
 		return fmt.Errorf("start scheduler %q: the name must be lowercase letters, digits, '-' and '.'", name)
 	}
@@ -481,7 +493,7 @@ func (c *ControlPlane) StartSchedulerBinary(ctx context.Context, name, path stri
 		return fmt.Errorf("start scheduler %s: %w", name, err)
 	}
 	ports := []int{port}
-	p, err := c.start(ctx, name, path, StopOrderControllers, []string{
+	p, err := c.start(ctx, name, binary, StopOrderControllers, []string{
 		"--config=" + cfgPath,
 		"--authentication-kubeconfig=" + c.internalKubeconfig,
 		"--authorization-kubeconfig=" + c.internalKubeconfig,
@@ -536,6 +548,28 @@ func (c *ControlPlane) SchedulerURL(name string) (string, bool) {
 		return "", false
 	}
 	return "https://127.0.0.1:" + strconv.Itoa(port), true
+}
+
+// StopScheduler stops the scheduler StartScheduler (or StartSchedulerBinary) started as name,
+// and forgets it: a scheduler of that name can start again. Its port stays known (SchedulerURL).
+func (c *ControlPlane) StopScheduler(name string) error {
+	c.mu.Lock()
+	var p *Process
+	for _, lp := range c.procs {
+		if lp.p.Name() == name {
+			p = lp.p
+		}
+	}
+	_, started := c.schedPorts[name]
+	c.mu.Unlock()
+	if p == nil || !started {
+		return fmt.Errorf("stop scheduler %s: no scheduler of that name runs", name)
+	}
+	err := p.Stop(StopGrace(StopOrderControllers))
+	c.mu.Lock()
+	c.procs = slices.DeleteFunc(c.procs, func(lp labProcess) bool { return lp.p == p })
+	c.mu.Unlock()
+	return errors.Join(err, RemoveFromState(c.dir, p.PID()))
 }
 
 // stopOne stops a process that failed to become ready and forgets it.

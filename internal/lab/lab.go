@@ -41,8 +41,9 @@ type Options struct {
 	// those of Components from there as host processes, as their DaemonSets and Deployments
 	// would run them on a cluster.
 	ComponentBinDir string
-	// Components names the components to run: ComponentDevicePlugin, ComponentExtender,
-	// ComponentDRADriver, ComponentAutoscaler.
+	// Components names the components to run: ComponentDevicePlugin, ComponentExtender or
+	// ComponentKubeScheduler (the two ways to run my-scheduler), ComponentDRADriver,
+	// ComponentAutoscaler.
 	Components []string
 	// Verbosity is the -v of the components' logs.
 	Verbosity int
@@ -81,6 +82,10 @@ const (
 	// ComponentExtender runs neuron-scheduler-extender and a second kube-scheduler, my-scheduler,
 	// that calls it (the EKS way: pods opt in with schedulerName: my-scheduler).
 	ComponentExtender = "neuron-scheduler-extender"
+	// ComponentKubeScheduler runs neuron-kube-scheduler as my-scheduler instead: kube-scheduler
+	// with the NeuronTopology plugin (PluginSchedulerConfig("best-fit")), the other way to run
+	// my-scheduler; not with ComponentExtender. hack/build-scheduler.sh builds it.
+	ComponentKubeScheduler = "neuron-kube-scheduler"
 	// ComponentDRADriver runs neuron-dra-driver on every node in dra mode.
 	ComponentDRADriver = "neuron-dra-driver"
 	// ComponentAutoscaler runs neuron-autoscaler with the local provider: the nodes it launches
@@ -156,7 +161,9 @@ type Lab struct {
 	metricsAddr map[string]string     // node -> the metrics address of its simulated agent
 	extender    *Process
 	extenderURL string
-	autoscaler  *Process
+	// kubeScheduler: neuron-kube-scheduler runs as my-scheduler (ComponentKubeScheduler).
+	kubeScheduler bool
+	autoscaler    *Process
 	// reservations are passed to neuron-autoscaler by StartAutoscaler (the fleet's, or
 	// SetReservations').
 	reservations []FleetReservation
@@ -373,13 +380,20 @@ func (l *Lab) startComponent(name, node string, args []string) (*Process, error)
 	return p, nil
 }
 
-// startExtender runs neuron-scheduler-extender on a free port of 127.0.0.1 and my-scheduler.
-func (l *Lab) startExtender(ctx context.Context) error {
+// StartExtender runs neuron-scheduler-extender on a free port of 127.0.0.1 and my-scheduler (the
+// stock kube-scheduler) calling it. It fails when my-scheduler already runs (StopScheduling).
+func (l *Lab) StartExtender(ctx context.Context) error {
+	if s := l.Scheduling(); s != "" {
+		return fmt.Errorf("my-scheduler already runs with %s: stop it first (StopScheduling)", s)
+	}
 	ports, err := freePorts(1)
 	if err != nil {
 		return err
 	}
-	l.extenderURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	url := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	l.mu.Lock()
+	l.extenderURL = url
+	l.mu.Unlock()
 	p, err := l.startComponent(ComponentExtender, "", []string{
 		"--kubeconfig=" + l.cp.Kubeconfig(), "--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", ports[0]),
 		"--lease-namespace=kube-system", fmt.Sprintf("-v=%d", l.opts.Verbosity),
@@ -390,10 +404,86 @@ func (l *Lab) startExtender(ctx context.Context) error {
 	l.mu.Lock()
 	l.extender = p
 	l.mu.Unlock()
-	if err := waitHTTP(ctx, l.extenderURL+"/readyz", 30*time.Second); err != nil {
+	if err := waitHTTP(ctx, url+"/readyz", 30*time.Second); err != nil {
 		return fmt.Errorf("%s never became ready: %w\n%s", ComponentExtender, err, LogTail(p.LogPath(), 20))
 	}
-	return l.cp.StartScheduler(ctx, CustomSchedulerName, ExtenderSchedulerConfig(l.extenderURL))
+	return l.cp.StartScheduler(ctx, CustomSchedulerName, ExtenderSchedulerConfig(url))
+}
+
+// StartKubeScheduler runs neuron-kube-scheduler (from Options.ComponentBinDir) as my-scheduler,
+// a host process with PluginSchedulerConfig("best-fit"), and returns once its /healthz answers.
+// It fails when my-scheduler already runs (StopScheduling).
+func (l *Lab) StartKubeScheduler(ctx context.Context) error {
+	if s := l.Scheduling(); s != "" {
+		return fmt.Errorf("my-scheduler already runs with %s: stop it first (StopScheduling)", s)
+	}
+	path, err := filepath.Abs(l.ComponentPath(ComponentKubeScheduler))
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("component %s: %w (hack/build-scheduler.sh builds it: copy it there)", ComponentKubeScheduler, err)
+	}
+	if err := l.cp.StartSchedulerBinary(ctx, CustomSchedulerName, path, PluginSchedulerConfig("best-fit")); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.kubeScheduler = true
+	l.mu.Unlock()
+	return nil
+}
+
+// Scheduling says what runs my-scheduler: ComponentExtender (the extender and the stock
+// kube-scheduler), ComponentKubeScheduler, or "" when my-scheduler does not run.
+func (l *Lab) Scheduling() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.extender != nil:
+		return ComponentExtender
+	case l.kubeScheduler:
+		return ComponentKubeScheduler
+	}
+	return ""
+}
+
+// StopScheduling stops my-scheduler and, in extender mode, the extender; pods bound so far keep
+// their nodes and allocation records. StartExtender or StartKubeScheduler starts either again,
+// which is how a test switches a running lab from one way of scheduling to the other.
+func (l *Lab) StopScheduling() error {
+	l.mu.Lock()
+	running := l.extender != nil || l.kubeScheduler
+	l.kubeScheduler = false
+	l.mu.Unlock()
+	if !running {
+		return fmt.Errorf("my-scheduler does not run")
+	}
+	err := l.cp.StopScheduler(CustomSchedulerName)
+	err = errors.Join(err, l.stopSlot(&l.extender))
+	l.mu.Lock()
+	l.extenderURL = ""
+	l.mu.Unlock()
+	return err
+}
+
+// RestartScheduling restarts whichever runs my-scheduler: the extender (RestartExtender; the
+// stock kube-scheduler keeps running), or neuron-kube-scheduler (stopped and started again with
+// the same configuration, as a rollout of its Deployment would).
+func (l *Lab) RestartScheduling(ctx context.Context) error {
+	switch s := l.Scheduling(); s {
+	case ComponentExtender:
+		return l.RestartExtender(ctx)
+	case ComponentKubeScheduler:
+		if err := l.cp.StopScheduler(CustomSchedulerName); err != nil {
+			return err
+		}
+		l.mu.Lock()
+		l.kubeScheduler = false
+		l.mu.Unlock()
+		return l.StartKubeScheduler(ctx)
+	default:
+		return fmt.Errorf("my-scheduler does not run: nothing to restart")
+	}
 }
 
 // StartAutoscaler runs neuron-autoscaler with the local provider and extra arguments after the
@@ -482,8 +572,9 @@ func (l *Lab) RestartExtender(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	l.extender = np
+	url := l.extenderURL
 	l.mu.Unlock()
-	return waitHTTP(ctx, l.extenderURL+"/readyz", 30*time.Second)
+	return waitHTTP(ctx, url+"/readyz", 30*time.Second)
 }
 
 // ComponentPath is the path of a kube-neuron binary the lab runs (Options.ComponentBinDir), for
@@ -493,7 +584,11 @@ func (l *Lab) ComponentPath(name string) string {
 }
 
 // ExtenderURL is the extender's URL, "" when it does not run.
-func (l *Lab) ExtenderURL() string { return l.extenderURL }
+func (l *Lab) ExtenderURL() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.extenderURL
+}
 
 func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
 	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
@@ -530,6 +625,13 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	specs, err := fleet.Expand(cat)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	if err := checkScheduling(o.Components); err != nil {
+		return nil, err
+	}
+	if HasRealNodes(specs) && slices.Contains(o.Components, ComponentKubeScheduler) {
+		return nil, fmt.Errorf("component %s runs as a host process in a lab of simulated nodes only: "+
+			"with real nodes the chart runs my-scheduler, with %s", ComponentKubeScheduler, ComponentExtender)
 	}
 	var real *realLab
 	if HasRealNodes(specs) {
@@ -585,7 +687,12 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	}
 	// With real nodes the chart's Deployments run the extender and my-scheduler as pods.
 	if real == nil && slices.Contains(o.Components, ComponentExtender) {
-		if err := l.startExtender(ctx); err != nil {
+		if err := l.StartExtender(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	if slices.Contains(o.Components, ComponentKubeScheduler) {
+		if err := l.StartKubeScheduler(ctx); err != nil {
 			return fail(err)
 		}
 	}

@@ -16,7 +16,8 @@ import (
 type PendingFacts struct {
 	// SystemNode: the lab has its untainted system node lab-system (a fleet with real nodes).
 	SystemNode bool
-	// MyScheduler: my-scheduler runs (with neuron-scheduler-extender).
+	// MyScheduler: my-scheduler runs (the stock kube-scheduler with neuron-scheduler-extender,
+	// or neuron-kube-scheduler).
 	MyScheduler bool
 	// Autoscaler: neuron-autoscaler runs (local provider).
 	Autoscaler bool
@@ -47,8 +48,9 @@ func ExplainPending(pod *corev1.Pod, events []corev1.Event, f PendingFacts) stri
 	}
 	switch name := pod.Spec.SchedulerName; {
 	case name == CustomSchedulerName && !f.MyScheduler:
-		return fmt.Sprintf("it asks for schedulerName: %s, which runs with %s, and this lab runs without it: "+
-			"add %s to COMPONENTS (neuron-lab --components)", CustomSchedulerName, ComponentExtender, ComponentExtender)
+		return fmt.Sprintf("it asks for schedulerName: %s, which runs with %s or as %s, and this lab runs without it: "+
+			"add %s or %s to COMPONENTS (neuron-lab --components)", CustomSchedulerName, ComponentExtender, ComponentKubeScheduler,
+			ComponentExtender, ComponentKubeScheduler)
 	case name != "" && name != corev1.DefaultSchedulerName && name != CustomSchedulerName:
 		return fmt.Sprintf("it asks for schedulerName: %s, and no scheduler of that name runs in the lab (%s and %s do)",
 			name, corev1.DefaultSchedulerName, CustomSchedulerName)

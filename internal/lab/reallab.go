@@ -29,8 +29,9 @@ const RegistryPort = 5000
 // the components, and those `go run ./hack/images -lab` writes for the nodes.
 var (
 	// ComponentImages are the components' archives in Options.ImagesDir, served under their
-	// names (the chart's default repositories).
-	ComponentImages = []string{ComponentDevicePlugin, ComponentExtender, ComponentDRADriver, ComponentAutoscaler}
+	// names (the chart's default repositories); neuron-kube-scheduler's for my-scheduler in the
+	// chart's plugin mode.
+	ComponentImages = []string{ComponentDevicePlugin, ComponentExtender, ComponentDRADriver, ComponentAutoscaler, ComponentKubeScheduler}
 	// LabImages are the archives in Options.LabImagesDir and the repositories they are served
 	// under; StandInImage is served for every other repository.
 	LabImages = map[string]string{

@@ -239,6 +239,8 @@ func (s *LabStatus) writeComponents(w io.Writer) {
 	var controlPlane []string
 	for _, p := range s.Processes {
 		switch {
+		case p.Name == CustomSchedulerName && filepath.Base(p.Path) == ComponentKubeScheduler:
+			running[ComponentKubeScheduler] = true
 		case p.Name == ComponentExtender || p.Name == ComponentAutoscaler || p.Name == CustomSchedulerName:
 			running[p.Name] = true
 		case strings.HasPrefix(p.Name, ComponentDevicePlugin+"-"), strings.HasPrefix(p.Name, ComponentDRADriver+"-"):
@@ -262,9 +264,13 @@ func (s *LabStatus) writeComponents(w io.Writer) {
 	fmt.Fprintf(w, "components (logs in %s):\n", filepath.Join(s.Dir, "logs"))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	var left []string
-	for _, c := range DefaultComponents() {
+	for _, c := range KnownComponents() {
 		if !slices.Contains(asked, c) {
-			left = append(left, c)
+			// Of the two ways to run my-scheduler, the one not asked for is not left out.
+			other := map[string]string{ComponentExtender: ComponentKubeScheduler, ComponentKubeScheduler: ComponentExtender}[c]
+			if other == "" || !slices.Contains(asked, other) {
+				left = append(left, c)
+			}
 			continue
 		}
 		var where []string
@@ -296,6 +302,12 @@ func (s *LabStatus) writeComponents(w io.Writer) {
 			case s.hasSystemNode():
 				where = append(where, "the chart's Deployments k8s-neuron-scheduler and my-scheduler, on "+SystemNodeName)
 			default:
+				where = append(where, "not running")
+			}
+		case ComponentKubeScheduler:
+			if running[ComponentKubeScheduler] {
+				where = append(where, "a host process, my-scheduler with the NeuronTopology plugin (pods opt in with schedulerName: my-scheduler)")
+			} else {
 				where = append(where, "not running")
 			}
 		case ComponentAutoscaler:

@@ -93,6 +93,49 @@ func TestDefaultComponentsRunTheAutoscaler(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"neuron-autoscaller"`) || !strings.Contains(err.Error(), ComponentAutoscaler) {
 		t.Errorf("CheckComponents of a misspelt name: %v, want an error naming it and the known ones", err)
 	}
+	plugin := []string{ComponentDevicePlugin, ComponentKubeScheduler, ComponentAutoscaler}
+	if err := CheckComponents(plugin); err != nil {
+		t.Errorf("CheckComponents(%v): %v", plugin, err)
+	}
+	err = CheckComponents([]string{ComponentExtender, ComponentKubeScheduler})
+	if err == nil || !strings.Contains(err.Error(), "both run my-scheduler") || !strings.Contains(err.Error(), "name one of them") {
+		t.Errorf("CheckComponents of both ways to run my-scheduler: %v, want an error saying to name one", err)
+	}
+}
+
+// TestStatusOfALabWithTheKubeScheduler: my-scheduler run by neuron-kube-scheduler is shown as
+// that component, and the extender is not listed as left out.
+func TestStatusOfALabWithTheKubeScheduler(t *testing.T) {
+	dir := t.TempDir()
+	startFakeLab(t, dir, &ReadyInfo{Kubeconfig: filepath.Join(dir, "kubeconfig"), Kubectl: "kubectl", StartedIn: "1s",
+		Components: []string{ComponentDevicePlugin, ComponentKubeScheduler}})
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), ComponentKubeScheduler)
+	if err := os.Symlink(sleep, bin); err != nil {
+		t.Fatal(err)
+	}
+	p := startTestProcess(t, ProcessOptions{Name: CustomSchedulerName, Path: bin, Args: []string{"60"}})
+	if err := AddToState(dir, p, StopOrderControllers); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ReadStatus(context.Background(), StatusOptions{Dir: dir, Client: fake.NewClientset()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	st.Write(&out)
+	if want := "neuron-kube-scheduler  a host process, my-scheduler with the NeuronTopology plugin"; !strings.Contains(out.String(), want) {
+		t.Errorf("status:\n%s\nwant it to contain %q", out.String(), want)
+	}
+	if want := "left out (COMPONENTS, neuron-lab --components): neuron-dra-driver, neuron-autoscaler\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("status:\n%s\nwant it to contain %q", out.String(), want)
+	}
+	if strings.Contains(out.String(), ComponentExtender) {
+		t.Errorf("status names the extender, which this lab does not run in place of neuron-kube-scheduler:\n%s", out.String())
+	}
 }
 
 // pod builds a Pending pod for the tests.
@@ -193,7 +236,7 @@ func TestExplainPending(t *testing.T) {
 		name:  "my-scheduler left out",
 		pod:   newPod("ext").scheduler(CustomSchedulerName).obj(),
 		facts: PendingFacts{Autoscaler: true},
-		want:  []string{"schedulerName: my-scheduler", "add neuron-scheduler-extender to COMPONENTS"},
+		want:  []string{"schedulerName: my-scheduler", "add neuron-scheduler-extender or neuron-kube-scheduler to COMPONENTS"},
 	}, {
 		name:  "an unknown scheduler",
 		pod:   newPod("other").scheduler("volcano").obj(),

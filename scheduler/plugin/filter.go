@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +24,30 @@ type podState struct {
 	// planned is the node neuron-autoscaler launched for the pod while it still holds pods off
 	// ("" otherwise): the pod waits for it.
 	planned string
+
+	// scores are the placement scores Filter found, by node, for Score: both run on this
+	// cycle's snapshot, Filter beside the nominated pods the framework added, Score beside the
+	// same pods from the nominator.
+	mu     sync.Mutex
+	scores map[string]float64
+}
+
+// filtered notes the score Filter found on the node. With nominated pods the framework filters
+// twice, with them and then without: the score beside them stands.
+func (s *podState) filtered(node string, score float64, besideNominated bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, seen := s.scores[node]; !seen || besideNominated {
+		s.scores[node] = score
+	}
+}
+
+// filteredScore returns the score Filter found on the node.
+func (s *podState) filteredScore(node string) (float64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	score, ok := s.scores[node]
+	return score, ok
 }
 
 // Clone shares the state: nothing changes it after PreFilter.
@@ -39,13 +63,13 @@ func readState(state fwk.CycleState) (*podState, bool) {
 }
 
 // PreFilter reads the pod's Neuron requests; a pod without any skips the plugin.
-func (p *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	p.unsupportedMsgs.Delete(pod.UID)
 	reqs := allocation.PodRequests(pod)
 	if len(reqs) == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, &podState{reqs: reqs, key: placementKey(pod, reqs), planned: p.waitingFor(pod)})
+	state.Write(stateKey, &podState{reqs: reqs, key: placementKey(pod, reqs), planned: p.waitingFor(pod), scores: make(map[string]float64, len(nodes))})
 	return nil, nil
 }
 
@@ -73,6 +97,7 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.P
 	r := p.place(v, pod, s.reqs, s.key)
 	switch {
 	case r.err == nil:
+		s.filtered(v.name, r.score, len(v.nominated) > 0)
 		return nil
 	case errors.As(r.err, new(*topology.UnsupportedCountError)):
 		p.unsupportedMsgs.Store(pod.UID, r.err.Error())
@@ -93,29 +118,15 @@ func (p *Plugin) PostFilter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod
 }
 
 // waitingFor returns the node neuron-autoscaler launched for the pod (labels.PlannedNodeAnnotation)
-// while that node still holds pods off (labels.LaunchingTaintKey); "" otherwise, and once the
-// node is older than plannedNodeHold. The pod is kept off every other node meanwhile: tried while
-// its own node is held, it would take room another launched node has for another pod.
+// while that node still holds its planned pods (allocation.HoldsPlannedPods); "" otherwise.
 func (p *Plugin) waitingFor(pod *corev1.Pod) string {
 	name := pod.Annotations[labels.PlannedNodeAnnotation]
 	if name == "" || p.h == nil || p.h.SnapshotSharedLister() == nil {
 		return ""
 	}
 	ni, err := p.h.SnapshotSharedLister().NodeInfos().Get(name)
-	if err != nil || ni.Node() == nil {
-		return ""
-	}
-	node := ni.Node()
-	if !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == labels.LaunchingTaintKey }) {
-		return ""
-	}
-	if !node.CreationTimestamp.IsZero() && time.Since(node.CreationTimestamp.Time) > plannedNodeHold {
+	if err != nil || ni.Node() == nil || !allocation.HoldsPlannedPods(ni.Node(), time.Now()) {
 		return ""
 	}
 	return name
 }
-
-// plannedNodeHold bounds how long after a node registered its planned pods are kept for it:
-// neuron-autoscaler releases a node within a minute of its serving, and deletes one that is not
-// Ready 15 minutes after its launch. Should the autoscaler stop, the pods are free again.
-const plannedNodeHold = 20 * time.Minute

@@ -25,20 +25,29 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	if !ok {
 		return 0, nil
 	}
-	v, _, err := p.view(ctx, ni)
-	if err != nil {
+	if ni.Node() == nil {
 		return 0, nil
 	}
-	// The snapshot's NodeInfo holds no nominated pods: Score takes them from the nominator, as
-	// Filter got them from the framework.
-	v.nominated = p.nominatedTo(v.name, pod)
-	r := p.place(v, pod, s.reqs, s.key)
-	if r.err != nil {
-		return 0, nil
+	name := ni.Node().Name
+	fit, ok := s.filteredScore(name)
+	if !ok {
+		// Not filtered in this cycle (the framework scores only nodes Filter passed, so this is
+		// a caller of its own): place the pod here, beside the pods nominated to the node (the
+		// snapshot's NodeInfo holds none: they come from the nominator).
+		v, _, err := p.view(ctx, ni)
+		if err != nil {
+			return 0, nil
+		}
+		v.nominated = p.nominatedTo(v.name, pod)
+		r := p.place(v, pod, s.reqs, s.key)
+		if r.err != nil {
+			return 0, nil
+		}
+		fit = r.score
 	}
-	score := tenths(r.score) * (fwk.MaxNodeScore / 10)
+	score := tenths(fit) * (fwk.MaxNodeScore / 10)
 	if planned := pod.Annotations[labels.PlannedNodeAnnotation]; planned != "" {
-		if planned == v.name {
+		if planned == name {
 			return fwk.MaxNodeScore, nil
 		}
 		score = min(score, fwk.MaxNodeScore-fwk.MaxNodeScore/10)

@@ -43,17 +43,19 @@ func (r *reservations) forget(uid types.UID) {
 // and the reservations of the pods it holds are made before the next snapshot is taken, so an
 // entry is valid for as long as the generation is the same. (Unreserve drops a reservation
 // before the scheduler forgets the pod: until then the entry counts it, which only refuses what
-// would have fitted.)
+// would have fitted.) Filter and Score run on many nodes in parallel: reads take no lock.
 type nodeCache struct {
-	mu    sync.Mutex
-	nodes map[string]*nodeEntry
+	nodes sync.Map // node name -> *nodeEntry
 }
 
+// nodeEntry is immutable but for fits.
 type nodeEntry struct {
 	gen   int64
 	shape *topology.Shape
 	usage *topology.Usage
-	fits  map[string]placed // placementKey -> result
+
+	mu   sync.RWMutex
+	fits map[string]placed // placementKey -> result
 }
 
 // placed is a placement's score (0-100) or why the requests do not fit.
@@ -66,10 +68,12 @@ type placed struct {
 const maxCachedFits = 64
 
 func (c *nodeCache) entry(node string, gen int64, shape *topology.Shape) *nodeEntry {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.nodes[node]
-	if e == nil || e.gen != gen || e.shape != shape {
+	v, ok := c.nodes.Load(node)
+	if !ok {
+		return nil
+	}
+	e := v.(*nodeEntry)
+	if e.gen != gen || e.shape != shape {
 		return nil
 	}
 	return e
@@ -87,48 +91,39 @@ func (c *nodeCache) usage(node string, gen int64, shape *topology.Shape) *topolo
 // generations of the copies the framework makes for preemption are newer than the snapshot's:
 // keeping only the newest would stop caching the snapshot's.)
 func (c *nodeCache) keepUsage(node string, gen int64, shape *topology.Shape, u *topology.Usage) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.nodes == nil {
-		c.nodes = map[string]*nodeEntry{}
+	if c.entry(node, gen, shape) != nil {
+		return // another goroutine derived the same
 	}
-	e := c.nodes[node]
-	if e == nil || e.gen != gen || e.shape != shape {
-		c.nodes[node] = &nodeEntry{gen: gen, shape: shape, usage: u, fits: map[string]placed{}}
-		return
-	}
-	e.usage = u
+	c.nodes.Store(node, &nodeEntry{gen: gen, shape: shape, usage: u, fits: map[string]placed{}})
 }
 
 // fit returns the cached placement of the request shape key on the node at gen.
 func (c *nodeCache) fit(node string, gen int64, shape *topology.Shape, key string) (placed, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.nodes[node]
-	if e == nil || e.gen != gen || e.shape != shape {
+	e := c.entry(node, gen, shape)
+	if e == nil {
 		return placed{}, false
 	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
 	p, ok := e.fits[key]
 	return p, ok
 }
 
 // keepFit caches a placement computed on the node's usage at gen.
 func (c *nodeCache) keepFit(node string, gen int64, shape *topology.Shape, key string, p placed) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.nodes[node]
-	if e == nil || e.gen != gen || e.shape != shape || len(e.fits) >= maxCachedFits {
+	e := c.entry(node, gen, shape)
+	if e == nil {
 		return
 	}
-	e.fits[key] = p
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.fits) < maxCachedFits {
+		e.fits[key] = p
+	}
 }
 
-// forget drops a deleted node's entry.
-func (c *nodeCache) forget(node string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.nodes, node)
-}
+// forget drops a node's entry.
+func (c *nodeCache) forget(node string) { c.nodes.Delete(node) }
 
 // overlapSettle is how long a node whose allocation records overlap is refused: the device
 // plugin corrects such records within seconds (as the extender does, see its scoring.go).

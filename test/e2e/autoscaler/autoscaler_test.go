@@ -210,8 +210,9 @@ func contains(msgs []string, exact string) bool {
 }
 
 // mixedPods are 20 pending pods of several shapes and sizes, scheduled by my-scheduler with the
-// topology-aware extender: the default scheduler counts devices only and would put, say, 2
-// devices on a trn1.32xlarge launched for other pods, where the topology rules refuse them.
+// topology rules (the extender, or neuron-kube-scheduler's plugin): the default scheduler counts
+// devices only and would put, say, 2 devices on a trn1.32xlarge launched for other pods, where
+// the topology rules refuse them.
 func mixedPods(ns string) []*corev1.Pod {
 	type spec struct {
 		res      corev1.ResourceName
@@ -310,7 +311,7 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 
 	// Each pod runs where the plan put it: the node named by its first TriggeredScaleUp event.
 	// The launched nodes hold pods off (kube-neuron.io/launching) until they serve and their
-	// pods are nominated to them, and are released together. The extender keeps each pod off
+	// pods are nominated to them, and are released together. my-scheduler keeps each pod off
 	// other nodes while the node launched for it is held (kube-neuron.io/planned-node), ranks
 	// that node first once released, and keeps the room of the pods nominated to a node. Pods
 	// still off their planned node are logged.
@@ -337,7 +338,7 @@ func TestTwentyMixedPodsGetTheCheapestFleet(t *testing.T) {
 		}
 	}
 	// What should hold: every pod runs on its planned node, and the nodes in use are the plan's
-	// and cost what it costs (the extender keeps each pod for its planned node, and the
+	// and cost what it costs (my-scheduler keeps each pod for its planned node, and the
 	// launching taint holds the nodes until they are released together). The tolerance below is
 	// for a loaded machine: at most 2 pods off their planned node, and for each of them at most
 	// one node beyond the plan, no dearer than a node of its own for that pod.

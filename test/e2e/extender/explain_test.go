@@ -134,7 +134,7 @@ func TestExplain(t *testing.T) {
 	t.Run("7 devices lists the valid counts", func(t *testing.T) {
 		framework.Apply(t, ctx, example("trn1-seven-devices"), ns)
 		seven := "Instance type trn1.32xlarge does not support requests for device: 7. Please request a different number of devices."
-		e := explainJSON(t, ctx, ns, "trn1-seven-devices", "explain to show the extender's warning and the valid counts", func(e cli.Explanation) (bool, string) {
+		e := explainJSON(t, ctx, ns, "trn1-seven-devices", "explain to show my-scheduler's warning and the valid counts", func(e cli.Explanation) (bool, string) {
 			return hasEvent(e, "FailedScheduling", seven) || hasEvent(e, "UnsupportedNeuronRequest", seven), fmt.Sprintf("%d events", len(e.Events))
 		})
 		if len(e.ValidCounts) != 1 || e.ValidCounts[0].InstanceType != "trn1.32xlarge" || !slices.Equal(e.ValidCounts[0].Devices, []int{1, 4, 8, 16}) || e.ValidCounts[0].Accepts {

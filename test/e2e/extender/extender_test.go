@@ -30,7 +30,7 @@ import (
 func example(name string) string { return filepath.Join("examples", "extender", name+".yaml") }
 
 // checkServed checks that the pod runs with what its record says: the device plugin's env and
-// device nodes, as the simulated kubelet recorded them, equal the extender's record.
+// device nodes, as the simulated kubelet recorded them, equal the record my-scheduler wrote.
 func checkServed(t *testing.T, ctx context.Context, ns, name string) *allocation.Record {
 	t.Helper()
 	var rec *allocation.Record
@@ -100,8 +100,9 @@ func TestSeedScenarios(t *testing.T) {
 		if !slices.Equal(eight, []int{0, 1, 2, 3, 4, 5, 6, 7}) && !slices.Equal(eight, []int{8, 9, 10, 11, 12, 13, 14, 15}) {
 			t.Errorf("8 devices %v are not a half", eight)
 		}
-		// The scheduler may send the second pod to another trn1 node (it can ask for the second
-		// before the extender has the first one's bind); on one node they must not overlap.
+		// The scheduler may send the second pod to another trn1 node (with the extender, it can
+		// ask for the second before the extender has the first one's bind); on one node they
+		// must not overlap.
 		if fourRec.Node == eightRec.Node && slices.ContainsFunc(four, func(d int) bool { return slices.Contains(eight, d) }) {
 			t.Errorf("4 devices %v and 8 devices %v on node %s overlap", four, eight, fourRec.Node)
 		}
@@ -166,9 +167,9 @@ func create(t *testing.T, ctx context.Context, ns, name, instanceType, res strin
 	}
 }
 
-// TestChurn creates and deletes hundreds of pods of mixed sizes on three nodes, restarts the
-// extender in the middle, and checks that no device was held twice and that every running pod
-// runs on what its record says.
+// TestChurn creates and deletes hundreds of pods of mixed sizes on three nodes, restarts what
+// schedules them (the extender, or neuron-kube-scheduler) in the middle, and checks that no
+// device was held twice and that every running pod runs on what its record says.
 func TestChurn(t *testing.T) {
 	ctx := framework.Context(t)
 	ns := framework.CreateNamespace(t, ctx)
@@ -184,8 +185,8 @@ func TestChurn(t *testing.T) {
 	var mu sync.Mutex
 	for i := range total {
 		if i == total/2 {
-			if err := framework.L.RestartExtender(ctx); err != nil {
-				t.Fatalf("restarting the extender: %v", err)
+			if err := framework.L.RestartScheduling(ctx); err != nil {
+				t.Fatalf("restarting %s: %v", framework.L.Scheduling(), err)
 			}
 		}
 		name := fmt.Sprintf("churn-%03d", i)

@@ -1,7 +1,9 @@
 //go:build e2e
 
-// Package extender tests neuron-scheduler-extender behind a real kube-scheduler (my-scheduler),
-// with neuron-device-plugin serving its decisions on simulated nodes.
+// Package extender tests my-scheduler's topology decisions with neuron-device-plugin serving
+// them on simulated nodes: my-scheduler is neuron-scheduler-extender behind a real
+// kube-scheduler, or with KUBE_NEURON_SCHEDULING=plugin neuron-kube-scheduler (the Makefile runs
+// the shared tests both ways; those about the extender itself only with the extender).
 package extender
 
 import (
@@ -20,5 +22,6 @@ func TestMain(m *testing.M) {
 		{Name: "churn", InstanceType: "trn1.32xlarge", Count: 2},
 		{Name: "churn-inf2", InstanceType: "inf2.48xlarge"},
 		{Name: "race", InstanceType: "trn1.32xlarge"},
+		{Name: "switch", InstanceType: "trn1.32xlarge"},
 	}}, lab.ComponentDevicePlugin, lab.ComponentExtender))
 }

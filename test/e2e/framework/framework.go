@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -73,7 +74,9 @@ func BinDir() (string, error) {
 }
 
 // BuildComponents builds kube-neuron's binaries with the race detector into dir, so that the
-// lab runs them as real processes whose races fail the test run.
+// lab runs them as real processes whose races fail the test run. neuron-kube-scheduler
+// (lab.ComponentKubeScheduler) is a module of its own: `RACE=1 hack/build-scheduler.sh` builds
+// it into its cache, and dir gets it (a hard link or a copy).
 func BuildComponents(dir string, names ...string) error {
 	if len(names) == 0 {
 		return nil
@@ -82,16 +85,134 @@ func BuildComponents(dir string, names ...string) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"build", "-race", "-o", dir + "/"}
+	var pkgs []string
 	for _, n := range names {
-		args = append(args, "./cmd/"+n)
+		if n == lab.ComponentKubeScheduler {
+			if err := buildKubeScheduler(root, dir); err != nil {
+				return err
+			}
+			continue
+		}
+		pkgs = append(pkgs, "./cmd/"+n)
 	}
-	cmd := exec.Command("go", args...)
+	if len(pkgs) == 0 {
+		return nil
+	}
+	cmd := exec.Command("go", append([]string{"build", "-race", "-o", dir + "/"}, pkgs...)...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building %v: %w\n%s", names, err, out)
+		return fmt.Errorf("building %v: %w\n%s", pkgs, err, out)
 	}
 	return nil
+}
+
+// buildKubeScheduler puts into dir the race-enabled neuron-kube-scheduler that
+// hack/build-scheduler.sh builds (or finds in its cache).
+func buildKubeScheduler(root, dir string) error {
+	cmd := exec.Command(filepath.Join(root, "hack", "build-scheduler.sh"))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "RACE=1")
+	cmd.Stderr = os.Stderr
+	begin := time.Now()
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("building %s (RACE=1 hack/build-scheduler.sh): %w", lab.ComponentKubeScheduler, err)
+	}
+	bin := filepath.Join(strings.TrimSpace(string(out)), lab.ComponentKubeScheduler)
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("hack/build-scheduler.sh printed %q, which holds no %s: %w", strings.TrimSpace(string(out)), lab.ComponentKubeScheduler, err)
+	}
+	fmt.Fprintf(os.Stderr, "e2e: %s (-race) ready in %v: %s\n", lab.ComponentKubeScheduler, time.Since(begin).Round(time.Millisecond), bin)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// A hard link or a copy, not a symbolic link: the script removes the cached builds of other
+	// sources, and another checkout may build one while the lab runs.
+	dst := filepath.Join(dir, lab.ComponentKubeScheduler)
+	_ = os.Remove(dst)
+	if os.Link(bin, dst) == nil {
+		return nil
+	}
+	return copyExecutable(bin, dst)
+}
+
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copying %s to %s: %w", src, dst, err)
+	}
+	return out.Close()
+}
+
+// EnsureComponents builds into the lab's component directory those of the components that are
+// not there yet: for a test that starts a component its package's lab does not run (a switch
+// to neuron-kube-scheduler).
+func EnsureComponents(names ...string) error {
+	var missing []string
+	for _, n := range names {
+		if _, err := os.Stat(L.ComponentPath(n)); err != nil {
+			missing = append(missing, n)
+		}
+	}
+	return BuildComponents(filepath.Dir(L.ComponentPath("x")), missing...)
+}
+
+// The ways my-scheduler runs in the e2e tests (KUBE_NEURON_SCHEDULING).
+const (
+	// SchedulingExtender: the stock kube-scheduler calling neuron-scheduler-extender.
+	SchedulingExtender = "extender"
+	// SchedulingPlugin: neuron-kube-scheduler, kube-scheduler with the NeuronTopology plugin.
+	SchedulingPlugin = "plugin"
+)
+
+// SchedulingEnv chooses how my-scheduler runs: extender (the default) or plugin. In plugin mode
+// Main and MainOptions run lab.ComponentKubeScheduler where a package asks for
+// lab.ComponentExtender, so that the same tests run against both.
+const SchedulingEnv = "KUBE_NEURON_SCHEDULING"
+
+// Scheduling returns how my-scheduler runs in this test run: SchedulingExtender or
+// SchedulingPlugin (from KUBE_NEURON_SCHEDULING; Main refuses any other value).
+func Scheduling() string {
+	mode, err := scheduling()
+	if err != nil {
+		panic(err)
+	}
+	return mode
+}
+
+func scheduling() (string, error) {
+	switch v := os.Getenv(SchedulingEnv); v {
+	case "", SchedulingExtender:
+		return SchedulingExtender, nil
+	case SchedulingPlugin:
+		return SchedulingPlugin, nil
+	default:
+		return "", fmt.Errorf("%s=%q: want %s (the stock kube-scheduler with neuron-scheduler-extender, the default) or %s (neuron-kube-scheduler)",
+			SchedulingEnv, v, SchedulingExtender, SchedulingPlugin)
+	}
+}
+
+// schedulingComponents swaps lab.ComponentExtender for lab.ComponentKubeScheduler in plugin mode.
+func schedulingComponents(mode string, components []string) []string {
+	if mode != SchedulingPlugin {
+		return components
+	}
+	out := slices.Clone(components)
+	for i, c := range out {
+		if c == lab.ComponentExtender {
+			out[i] = lab.ComponentKubeScheduler
+		}
+	}
+	return out
 }
 
 // Main starts the package's lab with the fleet and the components, runs the tests and stops the
@@ -102,10 +223,21 @@ func Main(m *testing.M, fleet *lab.FleetFile, components ...string) int {
 }
 
 // MainOptions is Main with more of the lab's options (AuditLog, AutoscalerArgs, Manifests, LWS); it
-// sets BinDir, Dir, ComponentBinDir and Verbosity itself and builds o.Components (and, with LWS,
+// sets BinDir, Dir, ComponentBinDir and Verbosity itself, runs lab.ComponentKubeScheduler in place
+// of lab.ComponentExtender when KUBE_NEURON_SCHEDULING=plugin (Scheduling), and builds
+// o.Components (and, with LWS,
 // the LeaderWorkerSet controller: LWSDir). A fleet with
 // real nodes also gets what they need (RealNodeOptions) and the chart, installed with helm.
 func MainOptions(m *testing.M, o lab.Options) int {
+	mode, err := scheduling()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	o.Components = schedulingComponents(mode, o.Components)
+	if slices.Contains(o.Components, lab.ComponentKubeScheduler) {
+		fmt.Fprintf(os.Stderr, "e2e: %s=%s: my-scheduler is %s\n", SchedulingEnv, mode, lab.ComponentKubeScheduler)
+	}
 	components := o.Components
 	real := false
 	if o.Fleet != nil {

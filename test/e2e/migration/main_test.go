@@ -2,7 +2,8 @@
 
 // Package migration tests taking nodes over from the published Neuron stack: pods it placed
 // (AWS_NEURON_IDS, NEURON_ALLOC_TIME, NEURON_ALLOCATED, no kube-neuron.io/allocation record) and
-// its stale usage maps on the nodes, with neuron-scheduler-extender and neuron-device-plugin
+// its stale usage maps on the nodes, with my-scheduler (neuron-scheduler-extender, or
+// neuron-kube-scheduler with KUBE_NEURON_SCHEDULING=plugin) and neuron-device-plugin
 // running; and uninstalling with kubectl-neuron cleanup.
 package migration
 

@@ -80,7 +80,8 @@ func createPublished(t *testing.T, ctx context.Context, ns, name, node, res stri
 	}
 }
 
-// createNew creates a pod that my-scheduler places with the extender, on node.
+// createNew creates a pod that my-scheduler places (with the extender, or as
+// neuron-kube-scheduler with KUBE_NEURON_SCHEDULING=plugin), on node.
 func createNew(t *testing.T, ctx context.Context, ns, name, node, res string, n int) {
 	t.Helper()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: podSpec(lab.CustomSchedulerName, node, res, n)}
@@ -165,7 +166,7 @@ func waitUnschedulable(t *testing.T, ctx context.Context, ns, name string) {
 }
 
 // TestTakeOver: nodes that the published stack served, with its pods running on them (one
-// bound but not admitted yet) and its stale usage maps, are taken over by the extender and the
+// bound but not admitted yet) and its stale usage maps, are taken over by my-scheduler and the
 // device plugin: the published pods run on their AWS_NEURON_IDS, new pods never get their
 // devices or cores, kubectl-neuron nodes shows both, and the nodes fill exactly up to what is
 // free.
@@ -203,7 +204,7 @@ func TestTakeOver(t *testing.T) {
 	held.add(t, trn1, "legacy-held", []int{30, 31}) // device 15, promised
 	t.Logf("the published pods run on their devices after %v", time.Since(begin).Round(time.Millisecond))
 
-	// New pods through my-scheduler and the extender fill both nodes: on the trn1, devices 2-14
+	// New pods through my-scheduler fill both nodes: on the trn1, devices 2-14
 	// (the 4-blocks 4-7 and 8-11, and 2, 3, 12, 13, 14); on the inf2, devices 0-3 and 6-11.
 	begin = time.Now()
 	news := []struct {
