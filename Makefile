@@ -126,7 +126,7 @@ bench: build ## Benchmark one placement decision and compare best-fit with first
 	$(BIN)/kubectl-neuron simulate --compare --seeds $(SEEDS)
 
 .PHONY: bench-scheduler
-bench-scheduler: ## Scheduling throughput through the real kube-scheduler: plain, do-nothing extender, ours (BENCH_NODES, BENCH_PODS)
+bench-scheduler: ## Scheduling throughput through the real kube-scheduler: plain, do-nothing extender, ours, neuron-kube-scheduler (BENCH_NODES, BENCH_PODS)
 	KUBE_NEURON_TOOLS_BIN="$(call TOOLS,$(KUBE_TOOLS))" $(GO) test -tags e2e -run '^$$' -bench SchedulingThroughput -benchtime 1x -timeout 30m ./test/bench/scheduler/
 
 .PHONY: bench-autoscaler

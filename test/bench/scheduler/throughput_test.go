@@ -1,11 +1,13 @@
 //go:build e2e
 
 // Package scheduler measures scheduling throughput through a real kube-scheduler on one fleet
-// of fake nodes: without an extender (plain), with a do-nothing extender (nothing) and with
-// neuron-scheduler-extender (ours). See README.md.
+// of fake nodes: without an extender (plain), with a do-nothing extender (nothing), with
+// neuron-scheduler-extender (ours) and neuron-kube-scheduler, the NeuronTopology plugin compiled
+// into kube-scheduler (plugin). See README.md.
 package scheduler
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,6 +43,7 @@ const (
 	kindPlain   = "plain"
 	kindNothing = "nothing"
 	kindOurs    = "ours"
+	kindPlugin  = "plugin"
 	// kindOursNoPrio is ours without the prioritize verb (a diagnostic: the scheduler's own
 	// scores spread the pods, so binds rarely wait for each other on one node).
 	kindOursNoPrio = "ours-noprio"
@@ -74,17 +77,17 @@ func loadSettings(b *testing.B) settings {
 }
 
 // kinds are the schedulers to run, in order: BENCH_SCHEDULERS (comma-separated) or
-// plain,nothing,ours.
+// plain,nothing,ours,plugin.
 func kinds(b *testing.B) []string {
 	v := os.Getenv("BENCH_SCHEDULERS")
 	if v == "" {
-		return []string{kindPlain, kindNothing, kindOurs}
+		return []string{kindPlain, kindNothing, kindOurs, kindPlugin}
 	}
 	var out []string
 	for _, k := range strings.Split(v, ",") {
 		k = strings.TrimSpace(k)
-		if !slices.Contains([]string{kindPlain, kindNothing, kindOurs, kindOursNoPrio}, k) {
-			b.Fatalf("BENCH_SCHEDULERS: unknown scheduler %q (plain, nothing, ours, ours-noprio)", k)
+		if !slices.Contains([]string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio}, k) {
+			b.Fatalf("BENCH_SCHEDULERS: unknown scheduler %q (plain, nothing, ours, plugin, ours-noprio)", k)
 		}
 		out = append(out, k)
 	}
@@ -127,9 +130,10 @@ func meanRates(results []result) map[string]float64 {
 
 // env is what every run shares.
 type env struct {
-	s      settings
-	cp     *lab.ControlPlane
-	client kubernetes.Interface
+	s         settings
+	cp        *lab.ControlPlane
+	client    kubernetes.Interface
+	pluginBin string // neuron-kube-scheduler, when plugin runs
 }
 
 // result is one scheduler's run.
@@ -144,6 +148,7 @@ type result struct {
 	api       map[string]callStat // the extender's API requests
 	limiter   time.Duration       // time the extender's requests waited in its client rate limiter
 	metrics   map[string]float64  // our extender's /metrics after the run
+	sched     map[string]float64  // the scheduler under test's /metrics after the run
 	nodeGap   time.Duration       // median time between two bindings to the same node
 	active    float64             // mean number of nodes receiving bindings per 250 ms window
 }
@@ -151,16 +156,24 @@ type result struct {
 // rate is the drain rate: pods bound per second between the first and the last binding.
 func (r result) rate() float64 { return benchutil.Rate(r.pods, r.drain) }
 
-// BenchmarkSchedulingThroughput drains a backlog of pods through three kube-scheduler processes
-// in turn, on the same nodes: plain, with a do-nothing extender, with ours.
+// BenchmarkSchedulingThroughput drains a backlog of pods through four kube-scheduler processes
+// in turn, on the same nodes: plain, with a do-nothing extender, with ours, and
+// neuron-kube-scheduler (the plugin).
 //
 //	go test -tags e2e -run '^$' -bench SchedulingThroughput -benchtime 1x ./test/bench/scheduler/
 func BenchmarkSchedulingThroughput(b *testing.B) {
 	s := loadSettings(b)
+	var pluginBin string
+	if slices.Contains(s.kinds, kindPlugin) {
+		var err error
+		if pluginBin, err = pluginBinary(); err != nil {
+			b.Fatal(err)
+		}
+	}
 	begin := time.Now()
 	l := benchutil.StartLab(b, "kn-bench-", s.keep)
 	ctx, client, dir := l.Ctx, l.Client, l.Dir
-	e := &env{s: s, cp: l.CP, client: client}
+	e := &env{s: s, cp: l.CP, client: client, pluginBin: pluginBin}
 	if err := createNodes(ctx, client, s.nodes); err != nil {
 		b.Fatal(err)
 	}
@@ -187,18 +200,17 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	}
 	b.StopTimer()
 	n := float64(b.N)
-	b.ReportMetric(sums[kindPlain]/n, "pods/s-plain")
-	b.ReportMetric(sums[kindNothing]/n, "pods/s-nothing")
-	b.ReportMetric(sums[kindOurs]/n, "pods/s-ours")
-	if slices.Contains(s.kinds, kindOursNoPrio) {
-		b.ReportMetric(sums[kindOursNoPrio]/n, "pods/s-ours-noprio")
+	for _, k := range s.kinds {
+		b.ReportMetric(sums[k]/n, "pods/s-"+k)
 	}
-	if sums[kindNothing] > 0 {
-		b.ReportMetric(sums[kindOurs]/sums[kindNothing], "ratio-ours/nothing")
-	}
-	if sums[kindPlain] > 0 {
-		b.ReportMetric(sums[kindNothing]/sums[kindPlain], "ratio-nothing/plain")
-		b.ReportMetric(sums[kindOurs]/sums[kindPlain], "ratio-ours/plain")
+	// Ratios of the means, for the schedulers that ran.
+	for _, q := range [][2]string{
+		{kindOurs, kindNothing}, {kindNothing, kindPlain}, {kindOurs, kindPlain},
+		{kindPlugin, kindPlain}, {kindPlugin, kindOurs},
+	} {
+		if slices.Contains(s.kinds, q[0]) && sums[q[1]] > 0 {
+			b.ReportMetric(sums[q[0]]/sums[q[1]], "ratio-"+q[0]+"/"+q[1])
+		}
 	}
 	b.ReportMetric(0, "ns/op") // the wall time of an iteration says nothing
 }
@@ -240,7 +252,7 @@ func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
 	defer stopCPUProfile()
 	cpu0 := benchutil.CPUSeconds(e.cp)
 	start := time.Now()
-	if err := e.cp.StartScheduler(ctx, name, schedConfig); err != nil {
+	if err := e.startScheduler(ctx, kind, name, schedConfig); err != nil {
 		return r, err
 	}
 	defer func() {
@@ -257,6 +269,9 @@ func (e *env) run(ctx context.Context, kind, id string) (r result, err error) {
 		if err := <-profiled; err != nil {
 			return r, err
 		}
+	}
+	if r.sched, err = e.schedulerMetrics(ctx, name); err != nil {
+		return r, err
 	}
 	cpu1 := benchutil.CPUSeconds(e.cp)
 	stopCPUProfile()
@@ -310,13 +325,26 @@ func (x *runExtender) since(x0 instruments, r *result) {
 	r.limiter = time.Duration(x.limiter.waited.Load() - x0.waited)
 }
 
-// startExtender starts the kind's extender, none for plain, and returns the configuration of
-// the scheduler called name that calls it. Ours runs until runCtx ends; call shutdown, when
-// set, even on an error.
+// startScheduler starts the scheduler under test: kube-scheduler, or neuron-kube-scheduler for
+// the plugin.
+func (e *env) startScheduler(ctx context.Context, kind, name string, config []byte) error {
+	if kind == kindPlugin {
+		return e.cp.StartSchedulerBinary(ctx, name, e.pluginBin, config)
+	}
+	return e.cp.StartScheduler(ctx, name, config)
+}
+
+// startExtender starts the kind's extender, none for plain and plugin, and returns the
+// configuration of the scheduler called name (that calls it). Ours runs until runCtx ends;
+// call shutdown, when set, even on an error.
 func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*runExtender, []byte, error) {
 	schedConfig := []byte("profiles:\n- schedulerName: " + name + "\n")
-	if kind == kindPlain {
+	switch kind {
+	case kindPlain:
 		return nil, schedConfig, nil
+	case kindPlugin:
+		schedConfig, err := pluginConfig(name)
+		return nil, schedConfig, err
 	}
 	cfg, counter, limiter := instrumentedClientConfig(e.cp.RESTConfig(), e.s.extenderQPS)
 	x := &runExtender{verbs: newVerbStats(), counter: counter, limiter: limiter}
@@ -353,7 +381,7 @@ func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*ru
 // startCPUProfile profiles the test process (which holds the extender) during an extender's
 // run when BENCH_CPUPROFILE is set; stop stops it, once, and may be called again.
 func (e *env) startCPUProfile(kind string) (stop func(), err error) {
-	if e.s.cpuProfile == "" || kind == kindPlain {
+	if e.s.cpuProfile == "" || kind == kindPlain || kind == kindPlugin {
 		return func() {}, nil
 	}
 	f, err := os.Create(cpuProfilePath(e.s.cpuProfile, kind))
@@ -390,7 +418,8 @@ func (e *env) startProfiles(ctx context.Context, kind, name string) []chan error
 	return profiles
 }
 
-// checkRun counts the nodes the run's pods were bound to and, for ours, checks their records.
+// checkRun counts the nodes the run's pods were bound to and, for ours and the plugin, checks
+// their records.
 func (e *env) checkRun(ctx context.Context, name string, r *result) error {
 	pods, err := e.client.CoreV1().Pods(benchutil.Namespace).List(ctx, benchutil.RunPods(name))
 	if err != nil {
@@ -401,8 +430,8 @@ func (e *env) checkRun(ctx context.Context, name string, r *result) error {
 		nodes[p.Spec.NodeName] = true
 	}
 	r.nodesUsed = len(nodes)
-	if isOurs(r.kind) {
-		return checkRecords(pods.Items, e.s.pods)
+	if isOurs(r.kind) || r.kind == kindPlugin {
+		return checkRecords(r.kind, pods.Items, e.s.pods)
 	}
 	return nil
 }
@@ -414,22 +443,41 @@ func (e *env) apiserverProfile(ctx context.Context, path string) error {
 }
 
 // schedulerProfile writes a CPU profile of the scheduler under test taken from its
-// /debug/pprof over the first seconds of the drain. The request carries the admin client
-// certificate (delegated authentication and authorization); the scheduler's serving
-// certificate is its own self-signed one on loopback, so it is not verified.
+// /debug/pprof over the first seconds of the drain.
 func (e *env) schedulerProfile(ctx context.Context, name, path string) error {
-	url, ok := e.cp.SchedulerURL(name)
-	if !ok {
-		return fmt.Errorf("profiling %s: the lab does not know its port", name)
-	}
-	cfg := e.cp.RESTConfig()
-	cfg.Host, cfg.NegotiatedSerializer = url, scheme.Codecs.WithoutConversion()
-	cfg.TLSClientConfig = rest.TLSClientConfig{Insecure: true, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, CertData: cfg.CertData, KeyData: cfg.KeyData}
-	client, err := rest.UnversionedRESTClientFor(cfg)
+	client, err := e.schedulerClient(name)
 	if err != nil {
 		return fmt.Errorf("profiling %s: %w", name, err)
 	}
 	return e.profile(ctx, name, client, path)
+}
+
+// schedulerMetrics reads the /metrics of the scheduler under test (its secure port, as
+// schedulerProfile).
+func (e *env) schedulerMetrics(ctx context.Context, name string) (map[string]float64, error) {
+	client, err := e.schedulerClient(name)
+	if err != nil {
+		return nil, fmt.Errorf("metrics of %s: %w", name, err)
+	}
+	raw, err := client.Get().AbsPath("/metrics").Timeout(30 * time.Second).DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("metrics of %s: %w", name, err)
+	}
+	return benchutil.ParseMetrics(bytes.NewReader(raw))
+}
+
+// schedulerClient is a client of the secure port of the scheduler called name, with the admin
+// client certificate (delegated authentication and authorization); the scheduler's serving
+// certificate is its own self-signed one on loopback, so it is not verified.
+func (e *env) schedulerClient(name string) (rest.Interface, error) {
+	url, ok := e.cp.SchedulerURL(name)
+	if !ok {
+		return nil, errors.New("the lab does not know its port")
+	}
+	cfg := e.cp.RESTConfig()
+	cfg.Host, cfg.NegotiatedSerializer = url, scheme.Codecs.WithoutConversion()
+	cfg.TLSClientConfig = rest.TLSClientConfig{Insecure: true, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, CertData: cfg.CertData, KeyData: cfg.KeyData}
+	return rest.UnversionedRESTClientFor(cfg)
 }
 
 // profile writes a CPU profile taken from a component's /debug/pprof/profile (profiling is on
@@ -570,9 +618,10 @@ func shape(seen map[string]benchutil.Binding) (gap time.Duration, active float64
 	return gap, float64(n) / float64(nw)
 }
 
-// checkRecords checks our run: every pod bound with a record naming its node and asking what it
-// got, and no core (or, for device requests, no device) given to two pods on a node.
-func checkRecords(pods []corev1.Pod, want int) error {
+// checkRecords checks a run of ours or the plugin: every pod bound with a record naming its
+// node and asking what it got, and no core (or, for device requests, no device) given to two
+// pods on a node.
+func checkRecords(kind string, pods []corev1.Pod, want int) error {
 	if len(pods) != want {
 		return fmt.Errorf("%d pods, want %d", len(pods), want)
 	}
@@ -618,7 +667,7 @@ func checkRecords(pods []corev1.Pod, want int) error {
 		if len(problems) > 10 {
 			problems = append(problems[:10], fmt.Sprintf("... %d more", len(problems)-10))
 		}
-		return fmt.Errorf("ours: %d problems with the allocation records:\n  %s", len(problems), strings.Join(problems, "\n  "))
+		return fmt.Errorf("%s: %d problems with the allocation records:\n  %s", kind, len(problems), strings.Join(problems, "\n  "))
 	}
 	return nil
 }
@@ -648,7 +697,7 @@ func formatReport(s settings, results []result) string {
 			ratio(r.rate(), rates[kindPlain]), ratio(r.rate(), rates[kindNothing]), r.nodesUsed, r.active, float64(r.nodeGap.Microseconds())/1000)
 	}
 	sb.WriteString("\nIteration (mean pods/s of each scheduler's runs):")
-	for _, k := range []string{kindPlain, kindNothing, kindOurs, kindOursNoPrio} {
+	for _, k := range []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio} {
 		if v, ok := rates[k]; ok {
 			fmt.Fprintf(&sb, " %s %.1f;", k, v)
 		}
@@ -660,6 +709,11 @@ func formatReport(s settings, results []result) string {
 	}
 	if rates[kindPlain] > 0 && rates[kindNothing] > 0 {
 		fmt.Fprintf(&sb, " do-nothing / plain %s;", ratio(rates[kindNothing], rates[kindPlain]))
+	}
+	for _, k := range []string{kindOurs, kindPlugin} {
+		if _, ok := rates[k]; ok && rates[kindPlain] > 0 {
+			fmt.Fprintf(&sb, " %s / plain %s;", k, ratio(rates[k], rates[kindPlain]))
+		}
 	}
 	sb.WriteString("\n")
 
@@ -674,7 +728,55 @@ func formatReport(s settings, results []result) string {
 	}
 	sb.WriteString("\n")
 
+	sb.WriteString(formatSchedulerMetrics(results))
 	sb.WriteString(formatExtenders(byKind))
+	return sb.String()
+}
+
+// schedulerRows are the rows of formatSchedulerMetrics: a histogram of the kube-scheduler's
+// /metrics and the labels of its series to add up.
+var schedulerRows = []struct {
+	what, metric string
+	want         []string
+}{
+	{"scheduling algorithm (Filter to Score)", "scheduler_scheduling_algorithm_duration_seconds", nil},
+	{"PreFilter", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="PreFilter"`}},
+	{"Filter", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="Filter"`}},
+	{"PreScore", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="PreScore"`}},
+	{"Score", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="Score"`}},
+	{"Reserve", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="Reserve"`}},
+	{"Bind", "scheduler_framework_extension_point_duration_seconds", []string{`extension_point="Bind"`}},
+	{"NodeResourcesFit Filter, one node (sampled)", "scheduler_plugin_execution_duration_seconds", []string{`plugin="NodeResourcesFit"`, `extension_point="Filter"`}},
+	{"NeuronTopology Filter, one node (sampled)", "scheduler_plugin_execution_duration_seconds", []string{`plugin="NeuronTopology"`, `extension_point="Filter"`}},
+	{"NeuronTopology Score, one node (sampled)", "scheduler_plugin_execution_duration_seconds", []string{`plugin="NeuronTopology"`, `extension_point="Score"`}},
+}
+
+// formatSchedulerMetrics renders the mean durations the scheduler under test measured itself,
+// per run: the scheduling algorithm and each extension point per pod, and a few plugins' single
+// calls (the scheduler samples those).
+func formatSchedulerMetrics(results []result) string {
+	var sb strings.Builder
+	sb.WriteString("\nThe scheduler under test, from its /metrics (mean ms; extension points per pod, a plugin's per call):\n\n| |")
+	for _, r := range results {
+		sb.WriteString(" " + r.kind + " |")
+	}
+	sb.WriteString("\n|---|" + strings.Repeat("---:|", len(results)) + "\n")
+	for _, row := range schedulerRows {
+		line := "| " + row.what + " |"
+		any := false
+		for _, r := range results {
+			mean, n := benchutil.HistogramMean(r.sched, row.metric, row.want...)
+			if n == 0 {
+				line += " - |"
+				continue
+			}
+			any = true
+			line += fmt.Sprintf(" %.3f |", float64(mean.Nanoseconds())/1e6)
+		}
+		if any {
+			sb.WriteString(line + "\n")
+		}
+	}
 	return sb.String()
 }
 

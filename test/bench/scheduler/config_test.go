@@ -1,0 +1,63 @@
+//go:build e2e
+
+package scheduler
+
+import (
+	"slices"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// The plugin runs under the run's scheduler name with my-scheduler's plugins and arguments.
+func TestPluginConfig(t *testing.T) {
+	data, err := pluginConfig("bench-plugin-0-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Profiles []struct {
+			SchedulerName string `json:"schedulerName"`
+			Plugins       struct {
+				MultiPoint struct {
+					Enabled []struct {
+						Name   string `json:"name"`
+						Weight int    `json:"weight"`
+					} `json:"enabled"`
+				} `json:"multiPoint"`
+				Bind struct {
+					Enabled []struct {
+						Name string `json:"name"`
+					} `json:"enabled"`
+				} `json:"bind"`
+			} `json:"plugins"`
+			PluginConfig []struct {
+				Name string            `json:"name"`
+				Args map[string]string `json:"args"`
+			} `json:"pluginConfig"`
+		} `json:"profiles"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	if len(cfg.Profiles) != 1 {
+		t.Fatalf("%d profiles, want 1:\n%s", len(cfg.Profiles), data)
+	}
+	p := cfg.Profiles[0]
+	if p.SchedulerName != "bench-plugin-0-3" {
+		t.Errorf("schedulerName %q, want bench-plugin-0-3", p.SchedulerName)
+	}
+	if len(p.Plugins.MultiPoint.Enabled) != 1 || p.Plugins.MultiPoint.Enabled[0].Name != "NeuronTopology" || p.Plugins.MultiPoint.Enabled[0].Weight != 10 {
+		t.Errorf("multiPoint %+v, want NeuronTopology with weight 10", p.Plugins.MultiPoint.Enabled)
+	}
+	var bind []string
+	for _, b := range p.Plugins.Bind.Enabled {
+		bind = append(bind, b.Name)
+	}
+	if !slices.Equal(bind, []string{"NeuronTopology", "DefaultBinder"}) {
+		t.Errorf("bind %v, want [NeuronTopology DefaultBinder]", bind)
+	}
+	if len(p.PluginConfig) != 1 || p.PluginConfig[0].Name != "NeuronTopology" || p.PluginConfig[0].Args["policy"] != "best-fit" {
+		t.Errorf("pluginConfig %+v, want NeuronTopology with policy best-fit", p.PluginConfig)
+	}
+}
