@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
@@ -51,6 +52,7 @@ type nodeCache struct {
 // nodeEntry is immutable but for fits.
 type nodeEntry struct {
 	gen   int64
+	node  *corev1.Node // the node object the shape is of
 	shape *topology.Shape
 	usage *topology.Usage
 
@@ -67,63 +69,51 @@ type placed struct {
 // maxCachedFits bounds the request shapes cached per node.
 const maxCachedFits = 64
 
-func (c *nodeCache) entry(node string, gen int64, shape *topology.Shape) *nodeEntry {
-	v, ok := c.nodes.Load(node)
+// entry returns the node's entry when it was derived at generation gen of the same node
+// object, nil otherwise.
+func (c *nodeCache) entry(name string, gen int64, node *corev1.Node) *nodeEntry {
+	v, ok := c.nodes.Load(name)
 	if !ok {
 		return nil
 	}
 	e := v.(*nodeEntry)
-	if e.gen != gen || e.shape != shape {
+	if e.gen != gen || e.node != node {
 		return nil
 	}
 	return e
 }
 
-// usage returns the cached usage of the node at gen, nil when there is none.
-func (c *nodeCache) usage(node string, gen int64, shape *topology.Shape) *topology.Usage {
-	if e := c.entry(node, gen, shape); e != nil {
-		return e.usage
-	}
-	return nil
-}
-
-// keepUsage caches the node's usage at gen, in place of what was cached for the node. (The
+// keep caches the node's usage at gen, in place of what was cached for the node (the
 // generations of the copies the framework makes for preemption are newer than the snapshot's:
-// keeping only the newest would stop caching the snapshot's.)
-func (c *nodeCache) keepUsage(node string, gen int64, shape *topology.Shape, u *topology.Usage) {
-	if c.entry(node, gen, shape) != nil {
-		return // another goroutine derived the same
+// keeping only the newest would stop caching the snapshot's), and returns the entry.
+func (c *nodeCache) keep(name string, gen int64, node *corev1.Node, shape *topology.Shape, u *topology.Usage) *nodeEntry {
+	if e := c.entry(name, gen, node); e != nil {
+		return e // another goroutine derived the same
 	}
-	c.nodes.Store(node, &nodeEntry{gen: gen, shape: shape, usage: u, fits: map[string]placed{}})
+	e := &nodeEntry{gen: gen, node: node, shape: shape, usage: u, fits: map[string]placed{}}
+	c.nodes.Store(name, e)
+	return e
 }
 
-// fit returns the cached placement of the request shape key on the node at gen.
-func (c *nodeCache) fit(node string, gen int64, shape *topology.Shape, key string) (placed, bool) {
-	e := c.entry(node, gen, shape)
-	if e == nil {
-		return placed{}, false
-	}
+// forget drops a node's entry.
+func (c *nodeCache) forget(name string) { c.nodes.Delete(name) }
+
+// fit returns the cached placement of the request shape key.
+func (e *nodeEntry) fit(key string) (placed, bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	p, ok := e.fits[key]
 	return p, ok
 }
 
-// keepFit caches a placement computed on the node's usage at gen.
-func (c *nodeCache) keepFit(node string, gen int64, shape *topology.Shape, key string, p placed) {
-	e := c.entry(node, gen, shape)
-	if e == nil {
-		return
-	}
+// keepFit caches a placement computed on the entry's usage.
+func (e *nodeEntry) keepFit(key string, p placed) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.fits) < maxCachedFits {
 		e.fits[key] = p
 	}
 }
-
-// forget drops a node's entry.
-func (c *nodeCache) forget(node string) { c.nodes.Delete(node) }
 
 // overlapSettle is how long a node whose allocation records overlap is refused: the device
 // plugin corrects such records within seconds (as the extender does, see its scoring.go).

@@ -31,10 +31,12 @@ func (p *Plugin) recordOf(pod *corev1.Pod) (*allocation.Record, error) {
 // to the NodeInfo it passed, which are not bound yet).
 type nodeView struct {
 	name      string
-	gen       int64
 	shape     *topology.Shape
 	usage     *topology.Usage
 	nominated []*corev1.Pod
+	// cached is the cache's entry the usage comes from, nil when it is not cached (a copy of
+	// the NodeInfo with nominated pods, or records that overlap).
+	cached *nodeEntry
 }
 
 // view derives the node's view from the NodeInfo, with the usage from the cache when the
@@ -45,23 +47,25 @@ func (p *Plugin) view(ctx context.Context, ni fwk.NodeInfo) (v nodeView, unresol
 	if node == nil {
 		return v, true, errors.New("the node is gone")
 	}
-	v.name, v.gen = node.Name, ni.GetGeneration()
+	v.name = node.Name
+	gen := ni.GetGeneration()
+	// The NodeInfo the entry was derived from, unchanged since: the same pods, and none of them
+	// nominated (a NodeInfo with nominated pods is never cached).
+	if e := p.nodes.entry(v.name, gen, node); e != nil {
+		v.shape, v.usage, v.cached = e.shape, e.usage, e
+		return v, false, nil
+	}
 	if v.shape, err = p.shapeOf(node); err != nil {
 		return v, true, err
 	}
 	pods := ni.GetPods()
-	for _, pi := range pods {
-		if q := pi.GetPod(); q.Spec.NodeName == "" && p.holdsRoom(q) {
-			v.nominated = append(v.nominated, q)
-		}
-	}
-	if v.usage = p.nodes.usage(v.name, v.gen, v.shape); v.usage != nil {
-		return v, false, nil
-	}
 	list := make([]*corev1.Pod, 0, len(pods))
 	for _, pi := range pods {
-		if q := pi.GetPod(); q.Spec.NodeName != "" {
+		switch q := pi.GetPod(); {
+		case q.Spec.NodeName != "":
 			list = append(list, q)
+		case p.holdsRoom(q):
+			v.nominated = append(v.nominated, q)
 		}
 	}
 	u, _, problems := allocation.NodeUsageWith(v.shape, v.name, list, p.recordOf)
@@ -81,7 +85,7 @@ func (p *Plugin) view(ctx context.Context, ni fwk.NodeInfo) (v nodeView, unresol
 	// A NodeInfo with nominated pods is a copy the framework made for this pod: its generation
 	// is not the snapshot's.
 	if overlap == nil && len(v.nominated) == 0 {
-		p.nodes.keepUsage(v.name, v.gen, v.shape, u)
+		v.cached = p.nodes.keep(v.name, gen, node, v.shape, u)
 	}
 	return v, false, nil
 }
@@ -124,15 +128,16 @@ func (p *Plugin) place(v nodeView, pod *corev1.Pod, reqs []allocation.Request, k
 	if len(v.nominated) > 0 {
 		return p.placeBesideNominated(v, pod, reqs)
 	}
-	if key != "" {
-		if r, ok := p.nodes.fit(v.name, v.gen, v.shape, key); ok {
+	cache := key != "" && v.cached != nil
+	if cache {
+		if r, ok := v.cached.fit(key); ok {
 			return r
 		}
 	}
 	_, score, err := allocation.Plan(v.usage, reqs, p.policy)
 	r := placed{score: score, err: err}
-	if key != "" {
-		p.nodes.keepFit(v.name, v.gen, v.shape, key, r)
+	if cache {
+		v.cached.keepFit(key, r)
 	}
 	return r
 }
