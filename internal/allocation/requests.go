@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -112,4 +113,22 @@ func PackingWeight(reqs []Request) float64 {
 		}
 	}
 	return w
+}
+
+// PlacementKey identifies what a pod's placement on a node depends on besides the node's usage
+// and the policy: the requests' resources and counts, in order (the containers' names do not
+// matter). The schedulers cache placements under it. It is "" for a pod with a record of its
+// own, whose placement must leave that record out of the usage and is never cached.
+func PlacementKey(pod *corev1.Pod, reqs []Request) string {
+	if _, has := pod.Annotations[Annotation]; has {
+		return ""
+	}
+	b := make([]byte, 0, 48)
+	for _, r := range reqs {
+		b = append(b, r.Resource...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, int64(r.Count), 10)
+		b = append(b, ';')
+	}
+	return string(b)
 }

@@ -1,15 +1,11 @@
 package extender
 
 import (
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -89,29 +85,12 @@ type placementCache struct {
 type nodePlacements struct {
 	gen   uint64
 	shape *topology.Shape
-	fits  map[string]placement // placementKey -> result
+	fits  map[string]placement // allocation.PlacementKey -> result
 }
 
 type placement struct {
 	score int64
 	err   error
-}
-
-// placementKey identifies what a placement depends on besides the node: the policy is the
-// extender's, and the containers' names do not matter, only their resources and counts in
-// order. "" for a pod whose own record must be left out of the usage (it is not cached).
-func placementKey(pod *corev1.Pod, reqs []allocation.Request) string {
-	if _, has := pod.Annotations[allocation.Annotation]; has {
-		return ""
-	}
-	var b strings.Builder
-	for _, r := range reqs {
-		b.WriteString(r.Resource)
-		b.WriteByte('=')
-		b.WriteString(strconv.Itoa(r.Count))
-		b.WriteByte(';')
-	}
-	return b.String()
 }
 
 func (c *placementCache) reset() {

@@ -32,7 +32,7 @@ type scorer struct {
 	// memo keeps filter's scores for prioritize; placements and wholeScores spare placing again.
 	memo       scoreMemo
 	placements placementCache
-	// wholeScores caches wholeScore: shape and placementKey -> the score on the empty node.
+	// wholeScores caches wholeScore: shape and allocation.PlacementKey -> the score on the empty node.
 	wholeScores sync.Map
 	// betweenReads, when set, runs between the two reads of usageOf; tests use it to deliver an
 	// informer event there.
@@ -258,7 +258,7 @@ func (s *scorer) filter(ctx context.Context, pod *corev1.Pod, reqs []allocation.
 	failed, unresolvable = map[string]string{}, map[string]string{}
 	passed = make([]string, 0, len(names))
 	gens, scores := make([]uint64, 0, len(names)), make([]int64, 0, len(names))
-	for i, r := range s.placeAll(ctx, names, pod, reqs, placementKey(pod, reqs)) {
+	for i, r := range s.placeAll(ctx, names, pod, reqs, allocation.PlacementKey(pod, reqs)) {
 		name := names[i]
 		switch {
 		case r.err == nil:
@@ -287,7 +287,7 @@ func (s *scorer) prioritize(ctx context.Context, pod *corev1.Pod, names []string
 	if len(reqs) == 0 {
 		return out, -1
 	}
-	key := placementKey(pod, reqs)
+	key := allocation.PlacementKey(pod, reqs)
 	memo := s.memo.take(pod.UID)
 	gens := s.usage.generationsOf(names)
 	var miss []string

@@ -20,7 +20,7 @@ const stateKey fwk.StateKey = Name
 // podState is what PreFilter worked out for the pod, for the rest of its cycle.
 type podState struct {
 	reqs []allocation.Request
-	key  string // placementKey
+	key  string // allocation.PlacementKey
 	// planned is the node neuron-autoscaler launched for the pod while it still holds pods off
 	// ("" otherwise): the pod waits for it.
 	planned string
@@ -69,7 +69,7 @@ func (p *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.
 	if len(reqs) == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, &podState{reqs: reqs, key: placementKey(pod, reqs), planned: p.waitingFor(pod), scores: make(map[string]float64, len(nodes))})
+	state.Write(stateKey, &podState{reqs: reqs, key: allocation.PlacementKey(pod, reqs), planned: p.waitingFor(pod), scores: make(map[string]float64, len(nodes))})
 	return nil, nil
 }
 
@@ -111,7 +111,7 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.P
 // support gets an UnsupportedNeuronRequest warning on the pod, as from the extender (at most once
 // a minute per message). It never makes the pod schedulable itself.
 func (p *Plugin) PostFilter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	if msg, ok := p.unsupportedMsgs.LoadAndDelete(pod.UID); ok && p.h != nil && p.warnings.due(string(pod.UID)+"|"+msg.(string), time.Now()) {
+	if msg, ok := p.unsupportedMsgs.LoadAndDelete(pod.UID); ok && p.h != nil && p.warnings.Due(string(pod.UID)+"|"+msg.(string), time.Now()) {
 		p.h.EventRecorder().Eventf(pod, nil, corev1.EventTypeWarning, "UnsupportedNeuronRequest", "Scheduling", msg.(string))
 	}
 	return nil, fwk.NewStatus(fwk.Unschedulable)

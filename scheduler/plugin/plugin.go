@@ -31,6 +31,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
+	"github.com/kube-neuron/kube-neuron/internal/observe"
 	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
@@ -58,7 +59,7 @@ type Plugin struct {
 	nodes nodeCache
 	// overlaps remembers since when each node's records overlap (see overlapSettle).
 	overlaps overlaps
-	warnings warnings
+	warnings observe.Throttle
 	// unsupportedMsgs holds, per pod, the engine's refusal of a count that Filter met in the
 	// pod's last cycle, for PostFilter's warning.
 	unsupportedMsgs sync.Map // types.UID -> string

@@ -57,7 +57,7 @@ type nodeEntry struct {
 	usage *topology.Usage
 
 	mu   sync.RWMutex
-	fits map[string]placed // placementKey -> result
+	fits map[string]placed // allocation.PlacementKey -> result
 }
 
 // placed is a placement's score (0-100) or why the requests do not fit.
@@ -142,29 +142,4 @@ func (o *overlaps) settling(node string, overlap bool, now time.Time) bool {
 		o.since[node], first = now, now
 	}
 	return now.Sub(first) < overlapSettle
-}
-
-// warnings remembers when each pod was told each message, to warn at most once a minute.
-type warnings struct {
-	mu   sync.Mutex
-	sent map[string]time.Time
-}
-
-func (w *warnings) due(key string, now time.Time) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.sent == nil {
-		w.sent = map[string]time.Time{}
-	}
-	last, seen := w.sent[key]
-	due := !seen || now.Sub(last) > time.Minute
-	if due {
-		w.sent[key] = now
-	}
-	for k, t := range w.sent {
-		if now.Sub(t) > 10*time.Minute {
-			delete(w.sent, k)
-		}
-	}
-	return due
 }

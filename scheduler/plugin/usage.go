@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -152,20 +151,4 @@ func (p *Plugin) placeBesideNominated(v nodeView, pod *corev1.Pod, reqs []alloca
 		return placed{err: fmt.Errorf("the node's free Neuron hardware is held for the pods nominated to it (%s), and the pod does not fit beside them: %w", strings.Join(held, ", "), err)}
 	}
 	return placed{score: score}
-}
-
-// placementKey identifies what a placement depends on besides the node: the requests' resources
-// and counts in order. "" for a pod with a record of its own (never cached).
-func placementKey(pod *corev1.Pod, reqs []allocation.Request) string {
-	if _, has := pod.Annotations[allocation.Annotation]; has {
-		return ""
-	}
-	b := make([]byte, 0, 48)
-	for _, r := range reqs {
-		b = append(b, r.Resource...)
-		b = append(b, '=')
-		b = strconv.AppendInt(b, int64(r.Count), 10)
-		b = append(b, ';')
-	}
-	return string(b)
 }
