@@ -25,32 +25,35 @@ type podState struct {
 	// ("" otherwise): the pod waits for it.
 	planned string
 
-	// scores are the placement scores Filter found, by node, for Score: both run on this
-	// cycle's snapshot, Filter beside the nominated pods the framework added, Score beside the
-	// same pods from the nominator.
-	mu     sync.Mutex
-	scores map[string]float64
+	// besideNominated are the placement scores Filter found beside the pods the framework
+	// added to a node's NodeInfo (nominated to it), by node, for Score: Score gets the
+	// snapshot's NodeInfo, without them. Elsewhere Score finds Filter's placement in the node
+	// cache.
+	mu              sync.Mutex
+	besideNominated map[string]float64
 }
 
-// filtered notes the score Filter found on the node. With nominated pods the framework filters
-// twice, with them and then without: the score beside them stands.
-func (s *podState) filtered(node string, score float64, besideNominated bool) {
+// filteredBesideNominated notes the score Filter found on the node beside its nominated pods.
+// (With nominated pods the framework filters twice, with them and then without: the score
+// beside them stands.)
+func (s *podState) filteredBesideNominated(node string, score float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, seen := s.scores[node]; !seen || besideNominated {
-		s.scores[node] = score
+	if s.besideNominated == nil {
+		s.besideNominated = map[string]float64{}
 	}
+	s.besideNominated[node] = score
 }
 
-// filteredScore returns the score Filter found on the node.
-func (s *podState) filteredScore(node string) (float64, bool) {
+// scoreBesideNominated returns the score Filter found on the node beside its nominated pods.
+func (s *podState) scoreBesideNominated(node string) (float64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	score, ok := s.scores[node]
+	score, ok := s.besideNominated[node]
 	return score, ok
 }
 
-// Clone shares the state: nothing changes it after PreFilter.
+// Clone shares the state: what Filter notes in it is by node, the same for every copy.
 func (s *podState) Clone() fwk.StateData { return s }
 
 func readState(state fwk.CycleState) (*podState, bool) {
@@ -63,13 +66,13 @@ func readState(state fwk.CycleState) (*podState, bool) {
 }
 
 // PreFilter reads the pod's Neuron requests; a pod without any skips the plugin.
-func (p *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	p.unsupportedMsgs.Delete(pod.UID)
 	reqs := allocation.PodRequests(pod)
 	if len(reqs) == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, &podState{reqs: reqs, key: allocation.PlacementKey(pod, reqs), planned: p.waitingFor(pod), scores: make(map[string]float64, len(nodes))})
+	state.Write(stateKey, &podState{reqs: reqs, key: allocation.PlacementKey(pod, reqs), planned: p.waitingFor(pod)})
 	return nil, nil
 }
 
@@ -97,7 +100,9 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.P
 	r := p.place(v, pod, s.reqs, s.key)
 	switch {
 	case r.err == nil:
-		s.filtered(v.name, r.score, len(v.nominated) > 0)
+		if len(v.nominated) > 0 {
+			s.filteredBesideNominated(v.name, r.score)
+		}
 		return nil
 	case errors.As(r.err, new(*topology.UnsupportedCountError)):
 		p.unsupportedMsgs.Store(pod.UID, r.err.Error())

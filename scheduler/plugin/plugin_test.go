@@ -381,3 +381,93 @@ func TestBindWithoutReservationFails(t *testing.T) {
 		t.Errorf("%d API calls, want none", n)
 	}
 }
+
+// TestScoreBesideNominatedPods: Score gets the snapshot's NodeInfo, without the pods nominated
+// to the node, yet ranks the node by the placement Filter found beside them.
+func TestScoreBesideNominatedPods(t *testing.T) {
+	node := trn1("trn1-a")
+	big := testkit.MakePod().Name("big").Neuron(8).Obj() // nominated, not bound
+	h := newHandle(t, nil, node)
+	p := newPlugin(h, topology.BestFit, topology.DefaultCatalog())
+	small := testkit.MakePod().Name("small").Neuron(4).Obj()
+	ni, _ := h.snapshot.NodeInfos().Get("trn1-a")
+	ctx := context.Background()
+
+	alone := framework.NewCycleState()
+	cycle(t, p, alone, small)
+	scoreAlone, _ := p.Score(ctx, alone, small, ni)
+
+	state := framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, state, small, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	withNominated := framework.NewNodeInfo(big)
+	withNominated.SetNode(node)
+	if st := p.Filter(ctx, state, small, withNominated); !st.IsSuccess() {
+		t.Fatalf("Filter beside a nominated 8-device pod: %v", st)
+	}
+	if st := p.Filter(ctx, state, small, ni); !st.IsSuccess() { // the framework's second pass, without them
+		t.Fatalf("Filter: %v", st)
+	}
+	scoreBeside, _ := p.Score(ctx, state, small, ni)
+	if scoreBeside <= scoreAlone {
+		t.Errorf("Score beside the nominated pod %d, alone %d: want the tighter fit beside it to rank higher", scoreBeside, scoreAlone)
+	}
+}
+
+// TestParallelFilterAndScore: Filter and Score run on many nodes at once, for pods of several
+// shapes in turn, and find what they find one at a time.
+func TestParallelFilterAndScore(t *testing.T) {
+	var nodes []*corev1.Node
+	for i := range 8 {
+		nodes = append(nodes, trn1("trn1-"+string(rune('a'+i))))
+	}
+	shapes := []*corev1.Pod{
+		testkit.MakePod().Name("one").Neuron(1).Obj(),
+		testkit.MakePod().Name("four").Neuron(4).Obj(),
+		testkit.MakePod().Name("cores").NeuronCores(3).Obj(),
+		testkit.MakePod().Name("seven").Neuron(7).Obj(),
+	}
+	want := map[string]int64{}
+	seq := newPlugin(newHandle(t, nil, nodes...), topology.BestFit, topology.DefaultCatalog())
+	for _, pod := range shapes {
+		state := framework.NewCycleState()
+		for node, st := range cycle(t, seq, state, pod) {
+			ni, _ := seq.h.SnapshotSharedLister().NodeInfos().Get(node)
+			s, _ := seq.Score(context.Background(), state, pod, ni)
+			want[pod.Name+"/"+node] = int64(st.Code())*1000 + s
+		}
+	}
+	h := newHandle(t, nil, nodes...)
+	p := newPlugin(h, topology.BestFit, topology.DefaultCatalog())
+	nis, _ := h.snapshot.NodeInfos().List()
+	var mu sync.Mutex
+	got := map[string]int64{}
+	var wg sync.WaitGroup
+	for range 4 {
+		for _, pod := range shapes {
+			state := framework.NewCycleState()
+			if _, st := p.PreFilter(context.Background(), state, pod, nis); !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			for _, ni := range nis {
+				wg.Go(func() {
+					st := p.Filter(context.Background(), state, pod, ni)
+					s, _ := p.Score(context.Background(), state, pod, ni)
+					mu.Lock()
+					defer mu.Unlock()
+					got[pod.Name+"/"+ni.Node().Name] = int64(st.Code())*1000 + s
+				})
+			}
+		}
+	}
+	wg.Wait()
+	if len(got) != len(want) {
+		t.Fatalf("%d results, want %d", len(got), len(want))
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: status*1000+score %d in parallel, %d one at a time", k, got[k], w)
+		}
+	}
+}

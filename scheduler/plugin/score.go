@@ -29,16 +29,14 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		return 0, nil
 	}
 	name := ni.Node().Name
-	fit, ok := s.filteredScore(name)
+	fit, ok := s.scoreBesideNominated(name)
 	if !ok {
-		// Not filtered in this cycle (the framework scores only nodes Filter passed, so this is
-		// a caller of its own): place the pod here, beside the pods nominated to the node (the
-		// snapshot's NodeInfo holds none: they come from the nominator).
+		// Filter placed the pod on this NodeInfo (the node cache holds its placement) unless
+		// pods were nominated to the node, whose score it noted.
 		v, _, err := p.view(ctx, ni)
 		if err != nil {
 			return 0, nil
 		}
-		v.nominated = p.nominatedTo(v.name, pod)
 		r := p.place(v, pod, s.reqs, s.key)
 		if r.err != nil {
 			return 0, nil

@@ -1,7 +1,9 @@
 package plugin
 
 import (
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,8 +58,10 @@ type nodeEntry struct {
 	shape *topology.Shape
 	usage *topology.Usage
 
-	mu   sync.RWMutex
-	fits map[string]placed // allocation.PlacementKey -> result
+	// fits maps allocation.PlacementKey to the placement on usage. The map is never changed
+	// once stored (keepFit stores a copy): Filter reads it on many nodes at once, and an entry
+	// gets a handful of shapes in its life.
+	fits atomic.Pointer[map[string]placed]
 }
 
 // placed is a placement's score (0-100) or why the requests do not fit.
@@ -90,7 +94,7 @@ func (c *nodeCache) keep(name string, gen int64, node *corev1.Node, shape *topol
 	if e := c.entry(name, gen, node); e != nil {
 		return e // another goroutine derived the same
 	}
-	e := &nodeEntry{gen: gen, node: node, shape: shape, usage: u, fits: map[string]placed{}}
+	e := &nodeEntry{gen: gen, node: node, shape: shape, usage: u}
 	c.nodes.Store(name, e)
 	return e
 }
@@ -100,18 +104,32 @@ func (c *nodeCache) forget(name string) { c.nodes.Delete(name) }
 
 // fit returns the cached placement of the request shape key.
 func (e *nodeEntry) fit(key string) (placed, bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	p, ok := e.fits[key]
+	fits := e.fits.Load()
+	if fits == nil {
+		return placed{}, false
+	}
+	p, ok := (*fits)[key]
 	return p, ok
 }
 
 // keepFit caches a placement computed on the entry's usage.
 func (e *nodeEntry) keepFit(key string, p placed) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.fits) < maxCachedFits {
-		e.fits[key] = p
+	for {
+		old := e.fits.Load()
+		var fits map[string]placed
+		if old != nil {
+			if _, ok := (*old)[key]; ok || len(*old) >= maxCachedFits {
+				return
+			}
+			fits = make(map[string]placed, len(*old)+1)
+			maps.Copy(fits, *old)
+		} else {
+			fits = make(map[string]placed, 1)
+		}
+		fits[key] = p
+		if e.fits.CompareAndSwap(old, &fits) {
+			return
+		}
 	}
 }
 
