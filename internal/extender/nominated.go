@@ -95,5 +95,5 @@ func (s *scorer) placeBesideNominated(ctx context.Context, shape *topology.Shape
 		klog.FromContext(ctx).V(4).Info("Node's room is held for the pods nominated to it", "pod", klog.KObj(pod), "node", node, "nominated", held)
 		return 0, true, fmt.Errorf("the node's free Neuron hardware is held for the pods nominated to it (%s), and the pod does not fit beside them: %w", strings.Join(held, ", "), err)
 	}
-	return ExtenderScore(fit), true, nil
+	return allocation.Tenths(fit), true, nil
 }

@@ -18,9 +18,3 @@ func Unresolvable(err error) bool {
 	var uc *topology.UnsupportedCountError
 	return errors.As(err, &uc)
 }
-
-// ExtenderScore maps a placement score (0-100) to the extender's 0-10 range.
-func ExtenderScore(score float64) int64 {
-	s := int64(score / 10)
-	return max(0, min(10, s))
-}

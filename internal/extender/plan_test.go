@@ -2,7 +2,6 @@ package extender
 
 import (
 	"errors"
-	"math"
 	"testing"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
@@ -39,8 +38,8 @@ func TestPlanPrefersPartlyUsedNode(t *testing.T) {
 	if partly <= empty {
 		t.Errorf("partly used node scores %v, empty node %v: best fit must prefer the partly used one", partly, empty)
 	}
-	if ExtenderScore(partly) <= ExtenderScore(empty) {
-		t.Errorf("extender scores %d (partly used) <= %d (empty)", ExtenderScore(partly), ExtenderScore(empty))
+	if allocation.Tenths(partly) <= allocation.Tenths(empty) {
+		t.Errorf("extender scores %d (partly used) <= %d (empty)", allocation.Tenths(partly), allocation.Tenths(empty))
 	}
 }
 
@@ -62,28 +61,5 @@ func TestUnresolvable(t *testing.T) {
 				t.Errorf("Unresolvable(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
-	}
-}
-
-func TestExtenderScore(t *testing.T) {
-	for _, tc := range []struct {
-		in   float64
-		want int64
-	}{
-		{-50, 0}, {-0.1, 0}, {0, 0}, {9.99, 0}, {10, 1}, {55, 5}, {99.9, 9}, {100, 10}, {150, 10},
-	} {
-		if got := ExtenderScore(tc.in); got != tc.want {
-			t.Errorf("ExtenderScore(%v) = %d, want %d", tc.in, got, tc.want)
-		}
-	}
-	for _, s := range []float64{math.Inf(1), math.Inf(-1), math.NaN(), math.MaxFloat64, -math.MaxFloat64} {
-		if got := ExtenderScore(s); got < 0 || got > 10 {
-			t.Errorf("ExtenderScore(%v) = %d out of 0-10", s, got)
-		}
-	}
-	for s := -20.0; s <= 120; s += 0.5 {
-		if got := ExtenderScore(s); got < 0 || got > 10 {
-			t.Errorf("ExtenderScore(%v) = %d out of 0-10", s, got)
-		}
 	}
 }

@@ -61,19 +61,14 @@ func (s *scorer) indexers() cache.Indexers {
 	}}
 }
 
-// overlapSettle is how long a node whose allocation records overlap is refused.
-const overlapSettle = 10 * time.Second
-
 // nodeUsage derives the node's usage from the pods whose record names it, leaving out the pod
 // being scheduled (its own record, if any, must not block it). The result must not be changed.
 // Filter and prioritize may use the cached usage: client-go updates the indexer before it runs
 // the handler that invalidates the cache, so the cache can lag the indexer for a moment, which
 // only costs a bind that no longer fits. The bind decision (freshUsage) always derives it again.
 //
-// While records on the node overlap (see allocation.OverlapError) the usage misses what one of
-// them held before it was corrected, so for overlapSettle from when this replica first saw the
-// overlap the node is refused (the error says why); an overlap that outlives that is logged and
-// the usage used as it is.
+// While records on the node overlap (see allocation.OverlapError), for allocation.OverlapSettle
+// from when this replica first saw it the node is refused (the error says why).
 func (s *scorer) nodeUsage(ctx context.Context, shape *topology.Shape, node string, except types.UID) (*topology.Usage, error) {
 	return s.usageOf(ctx, shape, node, except, false)
 }
@@ -124,7 +119,7 @@ func podsExcept(objs []any, except types.UID) (pods []*corev1.Pod, found bool) {
 }
 
 // derive computes the node's usage from the records of pods. overlap reports records that
-// overlap; within overlapSettle of seeing that first, err refuses the node.
+// overlap; within allocation.OverlapSettle of seeing that first, err refuses the node.
 func (s *scorer) derive(ctx context.Context, shape *topology.Shape, node string, pods []*corev1.Pod) (u *topology.Usage, overlap bool, err error) {
 	u, _, problems := allocation.NodeUsageWith(shape, node, pods, s.usage.records.RecordOf)
 	var overlapErr error
@@ -133,7 +128,7 @@ func (s *scorer) derive(ctx context.Context, shape *topology.Shape, node string,
 			overlapErr = err
 		}
 	}
-	if unsettled := s.usage.settling(node, overlapErr != nil, s.now()); unsettled {
+	if unsettled := s.usage.overlaps.Settling(node, overlapErr != nil, s.now()); unsettled {
 		return u, true, fmt.Errorf("the allocation records on node %s overlap (%v): the device plugin is correcting them; the node takes pods again once it is done", node, overlapErr)
 	}
 	for _, err := range problems {
@@ -178,7 +173,7 @@ func (s *scorer) place(ctx context.Context, shape *topology.Shape, node string, 
 		return gen, 0, err
 	}
 	_, fit, err := s.plan(u, reqs)
-	score := ExtenderScore(fit)
+	score := allocation.Tenths(fit)
 	if cacheable {
 		s.placements.put(node, gen, shape, key, placement{score: score, err: err})
 	}
@@ -334,7 +329,7 @@ func (s *scorer) wholeScore(shape *topology.Shape, reqs []allocation.Request, ke
 	}
 	score := int64(-1)
 	if _, fit, err := s.plan(topology.NewUsage(shape), reqs); err == nil {
-		score = ExtenderScore(fit)
+		score = allocation.Tenths(fit)
 	}
 	if key != "" {
 		s.wholeScores.Store(wholeKey{shape, key}, score)

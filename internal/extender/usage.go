@@ -3,7 +3,6 @@ package extender
 import (
 	"slices"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,8 +22,8 @@ type usageCache struct {
 	recent map[string]map[types.UID][]recentBind // node -> decisions of this replica the cache does not show yet
 	seq    uint64
 	failed map[types.UID]struct{} // decisions of this replica whose Binding failed
-	// overlapSince: nodes whose records overlap, since when (see scorer.nodeUsage).
-	overlapSince map[string]time.Time
+	// overlaps: nodes whose records overlap, since when (see scorer.nodeUsage).
+	overlaps allocation.Overlaps
 	// records parses each pod's allocation record once per change of its annotation.
 	records allocation.RecordCache
 }
@@ -45,7 +44,7 @@ type recentBind struct {
 }
 
 func newUsageCache() *usageCache {
-	return &usageCache{gen: map[string]uint64{}, cached: map[string]cachedUsage{}, recent: map[string]map[types.UID][]recentBind{}, failed: map[types.UID]struct{}{}, overlapSince: map[string]time.Time{}}
+	return &usageCache{gen: map[string]uint64{}, cached: map[string]cachedUsage{}, recent: map[string]map[types.UID][]recentBind{}, failed: map[types.UID]struct{}{}}
 }
 
 // handler bumps the generation of the nodes a pod's record names, before and after the event,
@@ -219,23 +218,6 @@ func (c *usageCache) decided(uid types.UID) bool {
 		}
 	}
 	return false
-}
-
-// settling notes whether the node's records overlap now and reports whether the node is within
-// overlapSettle of the first time this replica saw them overlap.
-func (c *usageCache) settling(node string, overlap bool, now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !overlap {
-		delete(c.overlapSince, node)
-		return false
-	}
-	since, ok := c.overlapSince[node]
-	if !ok {
-		since = now
-		c.overlapSince[node] = since
-	}
-	return now.Sub(since) < overlapSettle
 }
 
 // generationFor returns the node's usage generation and whether uid has a recent decision of

@@ -57,8 +57,8 @@ type Plugin struct {
 	reserved reservations
 	// nodes caches, per node and NodeInfo generation, the usage and placements.
 	nodes nodeCache
-	// overlaps remembers since when each node's records overlap (see overlapSettle).
-	overlaps overlaps
+	// overlaps remembers since when each node's records overlap (allocation.OverlapSettle).
+	overlaps allocation.Overlaps
 	warnings observe.Throttle
 	// unsupportedMsgs holds, per pod, the engine's refusal of a count that Filter met in the
 	// pod's last cycle, for PostFilter's warning.

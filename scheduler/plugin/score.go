@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
 )
 
@@ -43,7 +44,7 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		}
 		fit = r.score
 	}
-	score := tenths(fit) * (fwk.MaxNodeScore / 10)
+	score := allocation.Tenths(fit) * (fwk.MaxNodeScore / 10)
 	if planned := pod.Annotations[labels.PlannedNodeAnnotation]; planned != "" {
 		if planned == name {
 			return fwk.MaxNodeScore, nil
@@ -55,6 +56,3 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 
 // ScoreExtensions: the scores are on the framework's scale already.
 func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
-
-// tenths maps a placement score (0-100) to the extender's 0-10 (extender.ExtenderScore).
-func tenths(score float64) int64 { return max(0, min(10, int64(score/10))) }

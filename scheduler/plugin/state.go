@@ -4,7 +4,6 @@ import (
 	"maps"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -131,33 +130,4 @@ func (e *nodeEntry) keepFit(key string, p placed) {
 			return
 		}
 	}
-}
-
-// overlapSettle is how long a node whose allocation records overlap is refused: the device
-// plugin corrects such records within seconds (as the extender does, see its scoring.go).
-const overlapSettle = 10 * time.Second
-
-// overlaps remembers when this scheduler first saw each node's records overlap.
-type overlaps struct {
-	mu    sync.Mutex
-	since map[string]time.Time
-}
-
-// settling reports whether the node is still within overlapSettle of its records first being
-// seen to overlap; a node whose records no longer overlap is forgotten.
-func (o *overlaps) settling(node string, overlap bool, now time.Time) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !overlap {
-		delete(o.since, node)
-		return false
-	}
-	if o.since == nil {
-		o.since = map[string]time.Time{}
-	}
-	first, seen := o.since[node]
-	if !seen {
-		o.since[node], first = now, now
-	}
-	return now.Sub(first) < overlapSettle
 }

@@ -74,7 +74,7 @@ func (p *Plugin) view(ctx context.Context, ni fwk.NodeInfo) (v nodeView, unresol
 			overlap = perr
 		}
 	}
-	if p.overlaps.settling(v.name, overlap != nil, time.Now()) {
+	if p.overlaps.Settling(v.name, overlap != nil, time.Now()) {
 		return v, false, fmt.Errorf("the allocation records on node %s overlap (%v): the device plugin is correcting them; the node takes pods again once it is done", v.name, overlap)
 	}
 	for _, perr := range problems {
