@@ -47,6 +47,9 @@ const (
 	// kindOursNoPrio is ours without the prioritize verb (a diagnostic: the scheduler's own
 	// scores spread the pods, so binds rarely wait for each other on one node).
 	kindOursNoPrio = "ours-noprio"
+	// kindPlainPacked is plain kube-scheduler whose NodeResourcesFit scores MostAllocated on
+	// the Neuron resources (a diagnostic: packing as the plugin does, without topology).
+	kindPlainPacked = "plain-packed"
 
 	leaseNamespace = metav1.NamespaceSystem
 )
@@ -86,8 +89,8 @@ func kinds(b *testing.B) []string {
 	var out []string
 	for _, k := range strings.Split(v, ",") {
 		k = strings.TrimSpace(k)
-		if !slices.Contains([]string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio}, k) {
-			b.Fatalf("BENCH_SCHEDULERS: unknown scheduler %q (plain, nothing, ours, plugin, ours-noprio)", k)
+		if !slices.Contains([]string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked}, k) {
+			b.Fatalf("BENCH_SCHEDULERS: unknown scheduler %q (plain, nothing, ours, plugin, ours-noprio, plain-packed)", k)
 		}
 		out = append(out, k)
 	}
@@ -206,7 +209,7 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	// Ratios of the means, for the schedulers that ran.
 	for _, q := range [][2]string{
 		{kindOurs, kindNothing}, {kindNothing, kindPlain}, {kindOurs, kindPlain},
-		{kindPlugin, kindPlain}, {kindPlugin, kindOurs},
+		{kindPlugin, kindPlain}, {kindPlugin, kindOurs}, {kindPlainPacked, kindPlain}, {kindPlugin, kindPlainPacked},
 	} {
 		if slices.Contains(s.kinds, q[0]) && sums[q[1]] > 0 {
 			b.ReportMetric(sums[q[0]]/sums[q[1]], "ratio-"+q[0]+"/"+q[1])
@@ -325,6 +328,27 @@ func (x *runExtender) since(x0 instruments, r *result) {
 	r.limiter = time.Duration(x.limiter.waited.Load() - x0.waited)
 }
 
+// packedSchedulerConfig is the profile of plain-packed: kube-scheduler's NodeResourcesFit
+// scoring MostAllocated on the Neuron resources, so that it packs pods onto few nodes as the
+// plugin's best-fit does.
+func packedSchedulerConfig(name string) string {
+	return `profiles:
+- schedulerName: ` + name + `
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: MostAllocated
+        resources:
+        - name: aws.amazon.com/neuroncore
+          weight: 1
+        - name: aws.amazon.com/neuron
+          weight: 1
+        - name: aws.amazon.com/neurondevice
+          weight: 1
+`
+}
+
 // startScheduler starts the scheduler under test: kube-scheduler, or neuron-kube-scheduler for
 // the plugin.
 func (e *env) startScheduler(ctx context.Context, kind, name string, config []byte) error {
@@ -342,6 +366,8 @@ func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*ru
 	switch kind {
 	case kindPlain:
 		return nil, schedConfig, nil
+	case kindPlainPacked:
+		return nil, []byte(packedSchedulerConfig(name)), nil
 	case kindPlugin:
 		schedConfig, err := pluginConfig(name)
 		return nil, schedConfig, err
@@ -697,7 +723,7 @@ func formatReport(s settings, results []result) string {
 			ratio(r.rate(), rates[kindPlain]), ratio(r.rate(), rates[kindNothing]), r.nodesUsed, r.active, float64(r.nodeGap.Microseconds())/1000)
 	}
 	sb.WriteString("\nIteration (mean pods/s of each scheduler's runs):")
-	for _, k := range []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio} {
+	for _, k := range []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked} {
 		if v, ok := rates[k]; ok {
 			fmt.Fprintf(&sb, " %s %.1f;", k, v)
 		}
@@ -710,7 +736,7 @@ func formatReport(s settings, results []result) string {
 	if rates[kindPlain] > 0 && rates[kindNothing] > 0 {
 		fmt.Fprintf(&sb, " do-nothing / plain %s;", ratio(rates[kindNothing], rates[kindPlain]))
 	}
-	for _, k := range []string{kindOurs, kindPlugin} {
+	for _, k := range []string{kindOurs, kindPlugin, kindPlainPacked} {
 		if _, ok := rates[k]; ok && rates[kindPlain] > 0 {
 			fmt.Fprintf(&sb, " %s / plain %s;", k, ratio(rates[k], rates[kindPlain]))
 		}
