@@ -5,6 +5,7 @@ package realnode
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -39,10 +40,11 @@ const (
 // TestChartSwitchesToPluginOnRealNodes upgrades the lab's release from my-scheduler's extender
 // mode (the stock kube-scheduler calling the extender, as the lab installs it) to its plugin mode
 // (neuron-kube-scheduler from its image, pulled by the system node's containerd) with `helm
-// upgrade`, as a user migrates: the pod the extender placed keeps its container and devices, the
-// extender's pods go, and new Neuron pods are placed by the plugin on the real nodes around that
-// pod's devices, served by the device plugin, and refused with the seeds' message where the
-// instance type does not take the count. The cleanup upgrades back to the extender mode.
+// upgrade`, as a user migrates, and back: the pod the extender placed keeps its container and
+// devices, the extender's pods go, the plugin refuses seven devices on the trn1.32xlarge with the
+// seeds' message and places new pods on the real nodes around the running pod's devices, served
+// by the device plugin; back in the extender mode, the pods the plugin placed keep theirs, and
+// the extender gives a new pod the devices nobody holds.
 func TestChartSwitchesToPluginOnRealNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
@@ -52,21 +54,18 @@ func TestChartSwitchesToPluginOnRealNodes(t *testing.T) {
 	before := mySchedulerRuns(t, ctx, extenderModeContainer)
 	ns := newNamespace(t, ctx)
 	framework.Apply(t, ctx, "examples/extender/trn1-four-devices.yaml", ns)
-	first := checkRecordRuns(t, ctx, ns, "trn1-four-devices")
-	id := containerID(t, ctx, ns, "trn1-four-devices")
+	four := runningPod(t, ctx, ns, "trn1-four-devices")
 
+	reverted := false
 	t.Cleanup(func() {
-		// Back to the mode the other tests of the tier expect; the pod placed by the plugin
-		// keeps running through it.
+		if reverted {
+			return
+		}
+		// Back to the mode the other tests of the tier expect.
 		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 		defer cancel()
-		begin := time.Now()
 		upgradeChart(t, ctx)
 		mySchedulerRuns(t, ctx, extenderModeContainer)
-		t.Logf("back to the extender mode in %v", time.Since(begin).Round(100*time.Millisecond))
-		if got := containerID(t, ctx, ns, "trn1-four-devices"); got != id {
-			t.Errorf("the upgrade back to the extender mode replaced the container of trn1-four-devices: %s, then %s", id, got)
-		}
 	})
 	begin := time.Now()
 	upgradeChart(t, ctx, "scheduler.customScheduler.mode=plugin")
@@ -82,56 +81,100 @@ func TestChartSwitchesToPluginOnRealNodes(t *testing.T) {
 		return len(pods.Items) == 0, fmt.Sprintf("%d extender pods", len(pods.Items)), nil
 	})
 	t.Logf("my-scheduler runs the plugin (pod %s) %v after helm upgrade started", plugin.Name, time.Since(begin).Round(100*time.Millisecond))
+	four.check(t, ctx, "the upgrade to the plugin mode")
 
-	// The running pod kept its devices through the migration.
-	if got := containerID(t, ctx, ns, "trn1-four-devices"); got != id {
-		t.Errorf("the upgrade replaced the container of trn1-four-devices: %s, then %s", id, got)
-	}
-	if again := checkRecordRuns(t, ctx, ns, "trn1-four-devices"); !reflect.DeepEqual(again, first) {
-		t.Errorf("the upgrade changed the record of trn1-four-devices: %+v, then %+v", first, again)
-	}
-
-	// New pods: placed by the plugin (the extender is gone) around the first pod's devices.
-	for _, f := range []string{"trn1-eight-devices", "inf2-three-devices"} {
-		framework.Apply(t, ctx, filepath.Join("examples", "extender", f+".yaml"), ns)
-	}
-	eight := checkRecordRuns(t, ctx, ns, "trn1-eight-devices")
-	inf2 := checkRecordRuns(t, ctx, ns, "inf2-three-devices")
-	if eight.Node != trn1Node || inf2.Node != inf2Node {
-		t.Errorf("the plugin placed trn1-eight-devices on %s and inf2-three-devices on %s; want %s and %s", eight.Node, inf2.Node, trn1Node, inf2Node)
-	}
-	if d := eight.Containers[0].Devices; len(d) != 8 || d[0]%8 != 0 || d[7]-d[0] != 7 {
-		t.Errorf("eight devices %v are not an aligned block", d)
-	}
-	if d := inf2.Containers[0].Devices; len(d) != 3 || !ringContiguous(d, 12) {
-		t.Errorf("three devices %v on the inf2.48xlarge ring are not contiguous", d)
-	}
-	if shared := sharedDevices(first, eight); len(shared) > 0 {
-		t.Errorf("devices %v went to trn1-four-devices (placed by the extender) and trn1-eight-devices (by the plugin)", shared)
-	}
-	for _, name := range []string{"trn1-eight-devices", "inf2-three-devices"} {
-		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Spec.SchedulerName != "my-scheduler" {
-			t.Errorf("pod %s has schedulerName %q", name, p.Spec.SchedulerName)
-		}
-	}
-
-	// Seven devices: with the eight gone, trn1-a has twelve free, so the scheduler's own fit
-	// check passes the node to the plugin, which refuses the count with the seeds' message.
-	deletePod(t, ctx, ns, "trn1-eight-devices")
+	// Seven devices: trn1-a has twelve free, so the scheduler's own fit check passes the node to
+	// the plugin, which refuses the count with the seeds' message.
 	framework.Apply(t, ctx, "examples/extender/trn1-seven-devices.yaml", ns)
 	waitPodEvent(t, ctx, ns, "trn1-seven-devices", "Instance type trn1.32xlarge does not support requests for device: 7. Please request a different number of devices.")
 	if p, err := c.CoreV1().Pods(ns).Get(ctx, "trn1-seven-devices", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
 		t.Errorf("trn1-seven-devices was bound (%v): %+v", err, p)
 	}
+	deletePod(t, ctx, ns, "trn1-seven-devices")
 
+	// New pods: placed by the plugin (the extender is gone) around the first pod's devices.
+	for _, f := range []string{"trn1-eight-devices", "inf2-three-devices"} {
+		framework.Apply(t, ctx, filepath.Join("examples", "extender", f+".yaml"), ns)
+	}
+	eight := runningPod(t, ctx, ns, "trn1-eight-devices")
+	inf2 := runningPod(t, ctx, ns, "inf2-three-devices")
+	if eight.rec.Node != trn1Node || inf2.rec.Node != inf2Node {
+		t.Errorf("the plugin placed trn1-eight-devices on %s and inf2-three-devices on %s; want %s and %s", eight.rec.Node, inf2.rec.Node, trn1Node, inf2Node)
+	}
+	if d := eight.rec.Containers[0].Devices; len(d) != 8 || d[0]%8 != 0 || d[7]-d[0] != 7 {
+		t.Errorf("eight devices %v are not an aligned block", d)
+	}
+	if d := inf2.rec.Containers[0].Devices; len(d) != 3 || !ringContiguous(d, 12) {
+		t.Errorf("three devices %v on the inf2.48xlarge ring are not contiguous", d)
+	}
+	if shared := sharedDevices(four.rec, eight.rec); len(shared) > 0 {
+		t.Errorf("devices %v went to trn1-four-devices (placed by the extender) and trn1-eight-devices (by the plugin)", shared)
+	}
 	// my-scheduler did all this without a restart.
 	if now := mySchedulerRuns(t, ctx, pluginModeContainer); now.Name != plugin.Name {
 		t.Errorf("my-scheduler's pod changed from %s to %s while the plugin scheduled", plugin.Name, now.Name)
 	}
+
+	// Back to the extender mode: every running pod keeps its devices, and the extender, started
+	// afresh, gives a new pod the four devices of trn1-a that nobody holds.
+	begin = time.Now()
+	upgradeChart(t, ctx)
+	mySchedulerRuns(t, ctx, extenderModeContainer)
+	reverted = true
+	t.Logf("back to the extender mode in %v", time.Since(begin).Round(100*time.Millisecond))
+	for _, p := range []*placed{four, eight, inf2} {
+		p.check(t, ctx, "the upgrade back to the extender mode")
+	}
+	applyRenamed(t, ctx, "examples/extender/trn1-four-devices.yaml", ns, "trn1-four-devices", "trn1-four-more")
+	more := runningPod(t, ctx, ns, "trn1-four-more")
+	if more.rec.Node != trn1Node {
+		t.Errorf("the extender placed trn1-four-more on %s, want %s", more.rec.Node, trn1Node)
+	}
+	for _, p := range []*placed{four, eight} {
+		if shared := sharedDevices(p.rec, more.rec); len(shared) > 0 {
+			t.Errorf("devices %v went to %s and trn1-four-more", shared, p.name)
+		}
+	}
+}
+
+// placed is a running Neuron pod: its record, checked against what its containers see, and its
+// first container's ID.
+type placed struct {
+	ns, name, id string
+	rec          *allocation.Record
+}
+
+func runningPod(t *testing.T, ctx context.Context, ns, name string) *placed {
+	t.Helper()
+	rec := checkRecordRuns(t, ctx, ns, name)
+	return &placed{ns: ns, name: name, id: containerID(t, ctx, ns, name), rec: rec}
+}
+
+// check says whether the pod still runs the same container, never restarted, with the same
+// record, which its containers still see.
+func (p *placed) check(t *testing.T, ctx context.Context, after string) {
+	t.Helper()
+	if got := containerID(t, ctx, p.ns, p.name); got != p.id {
+		t.Errorf("%s replaced the container of %s: %s, then %s", after, p.name, p.id, got)
+	}
+	if again := checkRecordRuns(t, ctx, p.ns, p.name); !reflect.DeepEqual(again, p.rec) {
+		t.Errorf("%s changed the record of %s: %+v, then %+v", after, p.name, p.rec, again)
+	}
+}
+
+// applyRenamed applies an example with every occurrence of name (the pod's and its container's)
+// replaced by rename.
+func applyRenamed(t *testing.T, ctx context.Context, example, ns, name, rename string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), rename+".yaml")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(raw), name, rename)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	framework.Apply(t, ctx, path, ns)
 }
 
 // upgradeChart runs `helm upgrade` of the lab's release with the lab's values and sets, and
