@@ -62,8 +62,9 @@ func LabChartValues(realNodes bool, verbosity int) map[string]any {
 			"enabled":  true,
 			"replicas": replicas,
 			// The real-node tier checks the extender's pods (mutual TLS between them and
-			// my-scheduler, the Service's DNS name); the plugin mode is checked on the lab's
-			// host processes (KUBE_NEURON_SCHEDULING=plugin).
+			// my-scheduler, the Service's DNS name); its TestChartSwitchesToPluginOnRealNodes
+			// upgrades the release to the plugin mode and back, and the lab's host processes run
+			// the plugin mode's scenarios (KUBE_NEURON_SCHEDULING=plugin).
 			"customScheduler": map[string]any{"replicas": replicas, "mode": "extender"},
 			"args":            args,
 		},
