@@ -50,6 +50,9 @@ const (
 	// kindPlainPacked is plain kube-scheduler whose NodeResourcesFit scores MostAllocated on
 	// the Neuron resources (a diagnostic: packing as the plugin does, without topology).
 	kindPlainPacked = "plain-packed"
+	// kindPluginBase is another neuron-kube-scheduler binary, BENCH_PLUGIN_BASE (a diagnostic:
+	// a change to the plugin measured side by side with the binary before it).
+	kindPluginBase = "plugin-base"
 
 	leaseNamespace = metav1.NamespaceSystem
 )
@@ -61,12 +64,13 @@ type settings struct {
 	cpuProfile    string // CPU profile of the test process during the ours run (cpuProfilePath for the others)
 	apiProfiles   string // directory for CPU profiles of the kube-apiserver, one per run
 	schedProfiles string // directory for CPU profiles of the scheduler under test, one per run
+	pluginBase    string // neuron-kube-scheduler binary of plugin-base
 	keep          bool   // keep the lab directory
 	kinds         []string
 }
 
 func loadSettings(b *testing.B) settings {
-	return settings{
+	s := settings{
 		nodes:         benchutil.EnvInt(b, "BENCH_NODES", 500),
 		pods:          benchutil.EnvInt(b, "BENCH_PODS", 2000),
 		extenderQPS:   benchutil.EnvInt(b, "BENCH_EXTENDER_QPS", 200), // neuron-scheduler-extender's own setting
@@ -74,9 +78,14 @@ func loadSettings(b *testing.B) settings {
 		cpuProfile:    os.Getenv("BENCH_CPUPROFILE"),
 		apiProfiles:   os.Getenv("BENCH_APISERVER_PROFILES"),
 		schedProfiles: os.Getenv("BENCH_SCHEDULER_PROFILES"),
+		pluginBase:    os.Getenv("BENCH_PLUGIN_BASE"),
 		keep:          os.Getenv("BENCH_KEEP") != "",
 		kinds:         kinds(b),
 	}
+	if slices.Contains(s.kinds, kindPluginBase) && !filepath.IsAbs(s.pluginBase) {
+		b.Fatalf("plugin-base runs the neuron-kube-scheduler binary BENCH_PLUGIN_BASE names, an absolute path (hack/build-scheduler.sh prints its directory): got %q", s.pluginBase)
+	}
+	return s
 }
 
 // kinds are the schedulers to run, in order: BENCH_SCHEDULERS (comma-separated) or
@@ -89,8 +98,8 @@ func kinds(b *testing.B) []string {
 	var out []string
 	for _, k := range strings.Split(v, ",") {
 		k = strings.TrimSpace(k)
-		if !slices.Contains([]string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked}, k) {
-			b.Fatalf("BENCH_SCHEDULERS: unknown scheduler %q (plain, nothing, ours, plugin, ours-noprio, plain-packed)", k)
+		if !slices.Contains([]string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked, kindPluginBase}, k) {
+			b.Fatalf("BENCH_SCHEDULERS: unknown scheduler %q (plain, nothing, ours, plugin, ours-noprio, plain-packed, plugin-base)", k)
 		}
 		out = append(out, k)
 	}
@@ -209,7 +218,7 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	// Ratios of the means, for the schedulers that ran.
 	for _, q := range [][2]string{
 		{kindOurs, kindNothing}, {kindNothing, kindPlain}, {kindOurs, kindPlain},
-		{kindPlugin, kindPlain}, {kindPlugin, kindOurs}, {kindPlainPacked, kindPlain}, {kindPlugin, kindPlainPacked},
+		{kindPlugin, kindPlain}, {kindPlugin, kindOurs}, {kindPlainPacked, kindPlain}, {kindPlugin, kindPlainPacked}, {kindPlugin, kindPluginBase},
 	} {
 		if slices.Contains(s.kinds, q[0]) && sums[q[1]] > 0 {
 			b.ReportMetric(sums[q[0]]/sums[q[1]], "ratio-"+q[0]+"/"+q[1])
@@ -352,8 +361,11 @@ func packedSchedulerConfig(name string) string {
 // startScheduler starts the scheduler under test: kube-scheduler, or neuron-kube-scheduler for
 // the plugin.
 func (e *env) startScheduler(ctx context.Context, kind, name string, config []byte) error {
-	if kind == kindPlugin {
+	switch kind {
+	case kindPlugin:
 		return e.cp.StartSchedulerBinary(ctx, name, e.pluginBin, config)
+	case kindPluginBase:
+		return e.cp.StartSchedulerBinary(ctx, name, e.s.pluginBase, config)
 	}
 	return e.cp.StartScheduler(ctx, name, config)
 }
@@ -368,7 +380,7 @@ func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*ru
 		return nil, schedConfig, nil
 	case kindPlainPacked:
 		return nil, []byte(packedSchedulerConfig(name)), nil
-	case kindPlugin:
+	case kindPlugin, kindPluginBase:
 		schedConfig, err := pluginConfig(name)
 		return nil, schedConfig, err
 	}
@@ -407,7 +419,7 @@ func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*ru
 // startCPUProfile profiles the test process (which holds the extender) during an extender's
 // run when BENCH_CPUPROFILE is set; stop stops it, once, and may be called again.
 func (e *env) startCPUProfile(kind string) (stop func(), err error) {
-	if e.s.cpuProfile == "" || kind == kindPlain || kind == kindPlugin {
+	if e.s.cpuProfile == "" || kind == kindPlain || isPlugin(kind) || kind == kindPlainPacked {
 		return func() {}, nil
 	}
 	f, err := os.Create(cpuProfilePath(e.s.cpuProfile, kind))
@@ -456,7 +468,7 @@ func (e *env) checkRun(ctx context.Context, name string, r *result) error {
 		nodes[p.Spec.NodeName] = true
 	}
 	r.nodesUsed = len(nodes)
-	if isOurs(r.kind) || r.kind == kindPlugin {
+	if isOurs(r.kind) || isPlugin(r.kind) {
 		return checkRecords(r.kind, pods.Items, e.s.pods)
 	}
 	return nil
@@ -532,6 +544,8 @@ func cpuProfilePath(path, kind string) string {
 }
 
 func isOurs(kind string) bool { return kind == kindOurs || kind == kindOursNoPrio }
+
+func isPlugin(kind string) bool { return kind == kindPlugin || kind == kindPluginBase }
 
 // withSchedulerName sets the first profile's schedulerName of a KubeSchedulerConfiguration
 // and, with noPrioritize, drops the extenders' prioritize verb.
@@ -723,7 +737,7 @@ func formatReport(s settings, results []result) string {
 			ratio(r.rate(), rates[kindPlain]), ratio(r.rate(), rates[kindNothing]), r.nodesUsed, r.active, float64(r.nodeGap.Microseconds())/1000)
 	}
 	sb.WriteString("\nIteration (mean pods/s of each scheduler's runs):")
-	for _, k := range []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked} {
+	for _, k := range []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked, kindPluginBase} {
 		if v, ok := rates[k]; ok {
 			fmt.Fprintf(&sb, " %s %.1f;", k, v)
 		}
@@ -736,7 +750,7 @@ func formatReport(s settings, results []result) string {
 	if rates[kindPlain] > 0 && rates[kindNothing] > 0 {
 		fmt.Fprintf(&sb, " do-nothing / plain %s;", ratio(rates[kindNothing], rates[kindPlain]))
 	}
-	for _, k := range []string{kindOurs, kindPlugin, kindPlainPacked} {
+	for _, k := range []string{kindOurs, kindPlugin, kindPlainPacked, kindPluginBase} {
 		if _, ok := rates[k]; ok && rates[kindPlain] > 0 {
 			fmt.Fprintf(&sb, " %s / plain %s;", k, ratio(rates[k], rates[kindPlain]))
 		}
