@@ -61,3 +61,26 @@ func TestPluginConfig(t *testing.T) {
 		t.Errorf("pluginConfig %+v, want NeuronTopology with policy best-fit", p.PluginConfig)
 	}
 }
+
+// Over as many iterations as schedulers, each scheduler takes every pair of mirrored positions
+// once.
+func TestRunOrder(t *testing.T) {
+	for _, tc := range []struct {
+		kinds []string
+		want  [][]string
+	}{
+		{[]string{"a", "b"}, [][]string{{"a", "b", "b", "a"}, {"b", "a", "a", "b"}, {"a", "b", "b", "a"}}},
+		{[]string{"a", "b", "c"}, [][]string{{"a", "b", "c", "c", "b", "a"}, {"b", "c", "a", "a", "c", "b"}, {"c", "a", "b", "b", "a", "c"}}},
+		{[]string{"a"}, [][]string{{"a", "a"}, {"a", "a"}}},
+	} {
+		before := slices.Clone(tc.kinds)
+		for i, want := range tc.want {
+			if got := runOrder(tc.kinds, i); !slices.Equal(got, want) {
+				t.Errorf("runOrder(%v, %d) = %v, want %v", tc.kinds, i, got, want)
+			}
+		}
+		if !slices.Equal(tc.kinds, before) {
+			t.Errorf("runOrder changed its input %v", tc.kinds)
+		}
+	}
+}

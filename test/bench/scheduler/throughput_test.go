@@ -112,15 +112,17 @@ func kinds(b *testing.B) []string {
 var iteration int
 
 // runOrder is the order of the runs of iteration i: every scheduler twice, mirrored (A B B A).
-// The control plane slows down from one run to the next (etcd's history grows: about 2 % per
-// run on the 2-core machine), so a single run of each, even in alternating order, favours
-// whichever ran first; mirrored, a steady drift weighs on every scheduler alike. Every other
-// iteration starts from the other end, so that the first run on a fresh control plane goes to
-// each in turn.
+// The control plane's speed drifts from one run to the next, so a single run of each, even in
+// alternating order, favours some; mirrored, a steady drift weighs on every scheduler alike.
+// The drift is not always steady (the first and last runs of an iteration are often the
+// slowest), so iteration i starts from the i-th scheduler (A B C C B A, B C A A C B, C A B B A
+// C): over as many iterations as schedulers, each takes every pair of positions once. With two
+// schedulers that is A B B A, then B A A B.
 func runOrder(kinds []string, i int) []string {
-	first := slices.Clone(kinds)
-	if i%2 == 1 {
-		slices.Reverse(first)
+	var first []string
+	if len(kinds) > 0 {
+		k := i % len(kinds)
+		first = slices.Concat(kinds[k:], kinds[:k])
 	}
 	second := slices.Clone(first)
 	slices.Reverse(second)
