@@ -36,9 +36,3 @@ func (o *Overlaps) Settling(node string, overlap bool, now time.Time) bool {
 	}
 	return now.Sub(first) < OverlapSettle
 }
-
-// Tenths maps a placement score (0-100) to 0-10: the extender's prioritize scale, which the
-// plugin's Score multiplies by ten so that both ways of scheduling rank nodes alike.
-func Tenths(score float64) int64 {
-	return max(0, min(10, int64(score/10)))
-}

@@ -132,3 +132,9 @@ func PlacementKey(pod *corev1.Pod, reqs []Request) string {
 	}
 	return string(b)
 }
+
+// Tenths maps a placement score (0-100) to 0-10: the extender's prioritize scale, which the
+// plugin's Score multiplies by ten so that both ways of scheduling rank nodes alike.
+func Tenths(score float64) int64 {
+	return max(0, min(10, int64(score/10)))
+}

@@ -323,3 +323,21 @@ func TestCoresNeeded(t *testing.T) {
 		})
 	}
 }
+
+func TestTenths(t *testing.T) {
+	for _, tc := range []struct {
+		in   float64
+		want int64
+	}{
+		{-50, 0}, {-0.1, 0}, {0, 0}, {9.99, 0}, {10, 1}, {55, 5}, {99.9, 9}, {100, 10}, {150, 10},
+	} {
+		if got := Tenths(tc.in); got != tc.want {
+			t.Errorf("Tenths(%v) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+	for _, s := range []float64{math.Inf(1), math.Inf(-1), math.NaN(), math.MaxFloat64, -math.MaxFloat64} {
+		if got := Tenths(s); got < 0 || got > 10 {
+			t.Errorf("Tenths(%v) = %d out of 0-10", s, got)
+		}
+	}
+}
