@@ -57,6 +57,9 @@ const (
 	leaseNamespace = metav1.NamespaceSystem
 )
 
+// knownKinds are the schedulers BENCH_SCHEDULERS may name, in the order reports list them.
+var knownKinds = []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked, kindPluginBase}
+
 type settings struct {
 	nodes, pods   int
 	extenderQPS   int    // client QPS of both extenders (burst twice that)
@@ -98,8 +101,8 @@ func kinds(b *testing.B) []string {
 	var out []string
 	for _, k := range strings.Split(v, ",") {
 		k = strings.TrimSpace(k)
-		if !slices.Contains([]string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked, kindPluginBase}, k) {
-			b.Fatalf("BENCH_SCHEDULERS: unknown scheduler %q (plain, nothing, ours, plugin, ours-noprio, plain-packed, plugin-base)", k)
+		if !slices.Contains(knownKinds, k) {
+			b.Fatalf("BENCH_SCHEDULERS: unknown scheduler %q (%s)", k, strings.Join(knownKinds, ", "))
 		}
 		out = append(out, k)
 	}
@@ -421,7 +424,7 @@ func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*ru
 // startCPUProfile profiles the test process (which holds the extender) during an extender's
 // run when BENCH_CPUPROFILE is set; stop stops it, once, and may be called again.
 func (e *env) startCPUProfile(kind string) (stop func(), err error) {
-	if e.s.cpuProfile == "" || kind == kindPlain || isPlugin(kind) || kind == kindPlainPacked {
+	if e.s.cpuProfile == "" || !hasExtender(kind) {
 		return func() {}, nil
 	}
 	f, err := os.Create(cpuProfilePath(e.s.cpuProfile, kind))
@@ -548,6 +551,9 @@ func cpuProfilePath(path, kind string) string {
 func isOurs(kind string) bool { return kind == kindOurs || kind == kindOursNoPrio }
 
 func isPlugin(kind string) bool { return kind == kindPlugin || kind == kindPluginBase }
+
+// hasExtender reports whether the kind's scheduler calls an extender (held by the test process).
+func hasExtender(kind string) bool { return kind == kindNothing || isOurs(kind) }
 
 // withSchedulerName sets the first profile's schedulerName of a KubeSchedulerConfiguration
 // and, with noPrioritize, drops the extenders' prioritize verb.
@@ -739,7 +745,7 @@ func formatReport(s settings, results []result) string {
 			ratio(r.rate(), rates[kindPlain]), ratio(r.rate(), rates[kindNothing]), r.nodesUsed, r.active, float64(r.nodeGap.Microseconds())/1000)
 	}
 	sb.WriteString("\nIteration (mean pods/s of each scheduler's runs):")
-	for _, k := range []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked, kindPluginBase} {
+	for _, k := range knownKinds {
 		if v, ok := rates[k]; ok {
 			fmt.Fprintf(&sb, " %s %.1f;", k, v)
 		}
