@@ -19,6 +19,7 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/lab"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 	"github.com/kube-neuron/kube-neuron/test/e2e/framework"
 )
 
@@ -101,10 +102,10 @@ func TestChartSwitchesToPluginOnRealNodes(t *testing.T) {
 	if eight.rec.Node != trn1Node || inf2.rec.Node != inf2Node {
 		t.Errorf("the plugin placed trn1-eight-devices on %s and inf2-three-devices on %s; want %s and %s", eight.rec.Node, inf2.rec.Node, trn1Node, inf2Node)
 	}
-	if d := eight.rec.Containers[0].Devices; len(d) != 8 || d[0]%8 != 0 || d[7]-d[0] != 7 {
+	if d := eight.rec.Containers[0].Devices; len(d) != 8 || !validDeviceSet(t, "trn1.32xlarge", d) {
 		t.Errorf("eight devices %v are not an aligned block", d)
 	}
-	if d := inf2.rec.Containers[0].Devices; len(d) != 3 || !ringContiguous(d, 12) {
+	if d := inf2.rec.Containers[0].Devices; len(d) != 3 || !validDeviceSet(t, "inf2.48xlarge", d) {
 		t.Errorf("three devices %v on the inf2.48xlarge ring are not contiguous", d)
 	}
 	if shared := sharedDevices(four.rec, eight.rec); len(shared) > 0 {
@@ -272,13 +273,17 @@ func sharedDevices(a, b *allocation.Record) []int {
 	return shared
 }
 
-// ringContiguous says whether the ascending ids are consecutive on a ring of n devices.
-func ringContiguous(ids []int, n int) bool {
-	gaps := 0
-	for i := range ids {
-		if next := ids[(i+1)%len(ids)]; (next-ids[i]+n)%n != 1 {
-			gaps++
-		}
+// validDeviceSet says whether the topology rules of the instance type let one container hold
+// the devices (an aligned block on trn1, neighbours on inf2's ring).
+func validDeviceSet(t *testing.T, instanceType string, devices []int) bool {
+	t.Helper()
+	it, err := topology.DefaultCatalog().Get(instanceType)
+	if err != nil {
+		t.Fatalf("instance type %q: %v", instanceType, err)
 	}
-	return gaps <= 1
+	shape, err := topology.NewShape(it, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shape.IsValidDeviceSet(devices)
 }
