@@ -147,9 +147,10 @@ engine-demo: build ## Show the topology engine alone through kubectl-neuron (cat
 	hack/demo.sh
 
 .PHONY: tools
-tools: ## Build the pinned tools (etcd, the Kubernetes binaries, staticcheck, helm; containerd, runc, the CNI plugins, CoreDNS)
+tools: ## Build the pinned tools (etcd, the Kubernetes binaries, staticcheck, helm; containerd, runc, the CNI plugins, CoreDNS), after installing the Debian packages real nodes need (hack/node/deps.sh, as root)
 	hack/build-tools.sh
 	hack/helm/build.sh
+	hack/node/deps.sh
 	hack/node/build.sh
 
 .PHONY: chart-lint

@@ -507,6 +507,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"devicePlugin.allocationSource=bogus", "value must be one of 'auto', 'extender', 'kubelet'"},
 		{"npd.enable=false", "additional properties 'enable' not allowed"},
 		{"scheduler.customScheduler.enbled=false", "additional properties 'enbled' not allowed"},
+		{"scheduler.customScheduler.pluginPercentageOfNodesToScore=101", "/scheduler/customScheduler/pluginPercentageOfNodesToScore"},
 		{"draDriver.image.digest=x", "additional properties 'digest' not allowed"},
 		{"autoscaler.enabled=yes", "/autoscaler/enabled"},
 		{"neuronInstance={trn1.2xlarge}", "additional properties 'neuronInstance' not allowed"},

@@ -59,6 +59,29 @@ func TestSchedulerPluginMode(t *testing.T) {
 	}
 }
 
+// TestPluginPercentageOfNodesToScore: customScheduler.pluginPercentageOfNodesToScore is the
+// profile's percentageOfNodesToScore in mode plugin (0 leaves kube-scheduler's adaptive share),
+// and mode extender keeps the adaptive share whatever it says.
+func TestPluginPercentageOfNodesToScore(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		sets []string
+		want any // the profile's percentageOfNodesToScore, nil for none
+	}{
+		{nil, float64(10)},
+		{[]string{"scheduler.customScheduler.pluginPercentageOfNodesToScore=0"}, float64(0)},
+		{[]string{"scheduler.customScheduler.pluginPercentageOfNodesToScore=50"}, float64(50)},
+		{[]string{extenderMode, "scheduler.customScheduler.pluginPercentageOfNodesToScore=50"}, nil},
+	} {
+		m := render(t, append([]string{"scheduler.enabled=true", "npd.enabled=false"}, tc.sets...)...)
+		profiles := myConfig(t, m, "kube-system")["profiles"].([]any)
+		got := profiles[0].(map[string]any)["percentageOfNodesToScore"]
+		if got != tc.want {
+			t.Errorf("%v: percentageOfNodesToScore = %v, want %v", tc.sets, got, tc.want)
+		}
+	}
+}
+
 // TestSchedulerPluginProfileIsTheLabs: the chart's profile is exactly the one
 // lab.PluginSchedulerConfig gives neuron-kube-scheduler in the lab and the e2e tests, for both
 // policies, so that the two cannot drift; the chart adds leader election, on the Lease of mode

@@ -122,13 +122,15 @@ extenders:
 // PluginSchedulerConfig is the KubeSchedulerConfiguration of neuron-kube-scheduler running as
 // my-scheduler: the default plugins and NeuronTopology (weight 10, as the extender's), whose Bind
 // runs before DefaultBinder (it skips pods without Neuron requests) so that a Neuron pod's
-// allocation record lands with its binding. policy is best-fit or first-fit. The Helm chart
-// renders the same.
+// allocation record lands with its binding, checking 10 % of the nodes per pod (at least 100;
+// the chart's customScheduler.pluginPercentageOfNodesToScore). policy is best-fit or first-fit.
+// The Helm chart renders the same.
 func PluginSchedulerConfig(policy string) []byte {
 	return []byte(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:
 - schedulerName: ` + CustomSchedulerName + `
+  percentageOfNodesToScore: 10
   plugins:
     multiPoint:
       enabled:

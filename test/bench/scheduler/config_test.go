@@ -11,7 +11,7 @@ import (
 
 // The plugin runs under the run's scheduler name with my-scheduler's plugins and arguments.
 func TestPluginConfig(t *testing.T) {
-	data, err := pluginConfig("bench-plugin-0-3")
+	data, err := pluginConfig("bench-plugin-0-3", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +60,31 @@ func TestPluginConfig(t *testing.T) {
 	if len(p.PluginConfig) != 1 || p.PluginConfig[0].Name != "NeuronTopology" || p.PluginConfig[0].Args["policy"] != "best-fit" {
 		t.Errorf("pluginConfig %+v, want NeuronTopology with policy best-fit", p.PluginConfig)
 	}
+	if got := percentageOfNodesToScore(t, data); got == nil || *got != 10 {
+		t.Errorf("percentageOfNodesToScore %v, want my-scheduler's 10", got)
+	}
+	// plugin-adaptive: the same profile with kube-scheduler's adaptive share, plain's.
+	adaptive, err := pluginConfig("bench-plugin-adaptive-0-1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := percentageOfNodesToScore(t, adaptive); got != nil {
+		t.Errorf("plugin-adaptive: percentageOfNodesToScore %d, want none", *got)
+	}
+}
+
+// percentageOfNodesToScore is the first profile's, nil when it has none.
+func percentageOfNodesToScore(t *testing.T, data []byte) *int {
+	t.Helper()
+	var cfg struct {
+		Profiles []struct {
+			PercentageOfNodesToScore *int `json:"percentageOfNodesToScore"`
+		} `json:"profiles"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil || len(cfg.Profiles) == 0 {
+		t.Fatalf("%v, %d profiles:\n%s", err, len(cfg.Profiles), data)
+	}
+	return cfg.Profiles[0].PercentageOfNodesToScore
 }
 
 // Over as many iterations as schedulers, each scheduler takes every pair of mirrored positions

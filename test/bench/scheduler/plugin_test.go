@@ -32,7 +32,12 @@ func pluginBinary() (string, error) {
 }
 
 // pluginConfig is the configuration of the plugin scheduler called name: my-scheduler's
-// (lab.PluginSchedulerConfig, best-fit) under the run's scheduler name.
-func pluginConfig(name string) ([]byte, error) {
-	return withSchedulerName(lab.PluginSchedulerConfig("best-fit"), name, false)
+// (lab.PluginSchedulerConfig, best-fit) under the run's scheduler name; with adaptive, without
+// its percentageOfNodesToScore, so that the scheduler checks as many nodes per pod as plain.
+func pluginConfig(name string, adaptive bool) ([]byte, error) {
+	return editConfig(lab.PluginSchedulerConfig("best-fit"), name, func(_, profile map[string]any) {
+		if adaptive {
+			delete(profile, "percentageOfNodesToScore")
+		}
+	})
 }

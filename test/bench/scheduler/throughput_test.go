@@ -53,12 +53,15 @@ const (
 	// kindPluginBase is another neuron-kube-scheduler binary, BENCH_PLUGIN_BASE (a diagnostic:
 	// a change to the plugin measured side by side with the binary before it).
 	kindPluginBase = "plugin-base"
+	// kindPluginAdaptive is the plugin with the scheduler's adaptive share of nodes to check
+	// per pod, plain's (a diagnostic: what my-scheduler's percentageOfNodesToScore buys).
+	kindPluginAdaptive = "plugin-adaptive"
 
 	leaseNamespace = metav1.NamespaceSystem
 )
 
 // knownKinds are the schedulers BENCH_SCHEDULERS may name, in the order reports list them.
-var knownKinds = []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked, kindPluginBase}
+var knownKinds = []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked, kindPluginBase, kindPluginAdaptive}
 
 type settings struct {
 	nodes, pods   int
@@ -181,7 +184,7 @@ func (r result) rate() float64 { return benchutil.Rate(r.pods, r.drain) }
 func BenchmarkSchedulingThroughput(b *testing.B) {
 	s := loadSettings(b)
 	var pluginBin string
-	if slices.Contains(s.kinds, kindPlugin) {
+	if slices.Contains(s.kinds, kindPlugin) || slices.Contains(s.kinds, kindPluginAdaptive) {
 		var err error
 		if pluginBin, err = pluginBinary(); err != nil {
 			b.Fatal(err)
@@ -224,6 +227,7 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	for _, q := range [][2]string{
 		{kindOurs, kindNothing}, {kindNothing, kindPlain}, {kindOurs, kindPlain},
 		{kindPlugin, kindPlain}, {kindPlugin, kindOurs}, {kindPlainPacked, kindPlain}, {kindPlugin, kindPlainPacked}, {kindPlugin, kindPluginBase},
+		{kindPluginAdaptive, kindPlain}, {kindPlugin, kindPluginAdaptive},
 	} {
 		if slices.Contains(s.kinds, q[0]) && sums[q[1]] > 0 {
 			b.ReportMetric(sums[q[0]]/sums[q[1]], "ratio-"+q[0]+"/"+q[1])
@@ -367,7 +371,7 @@ func packedSchedulerConfig(name string) string {
 // the plugin.
 func (e *env) startScheduler(ctx context.Context, kind, name string, config []byte) error {
 	switch kind {
-	case kindPlugin:
+	case kindPlugin, kindPluginAdaptive:
 		return e.cp.StartSchedulerBinary(ctx, name, e.pluginBin, config)
 	case kindPluginBase:
 		return e.cp.StartSchedulerBinary(ctx, name, e.s.pluginBase, config)
@@ -385,8 +389,8 @@ func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*ru
 		return nil, schedConfig, nil
 	case kindPlainPacked:
 		return nil, []byte(packedSchedulerConfig(name)), nil
-	case kindPlugin, kindPluginBase:
-		schedConfig, err := pluginConfig(name)
+	case kindPlugin, kindPluginBase, kindPluginAdaptive:
+		schedConfig, err := pluginConfig(name, kind == kindPluginAdaptive)
 		return nil, schedConfig, err
 	}
 	cfg, counter, limiter := instrumentedClientConfig(e.cp.RESTConfig(), e.s.extenderQPS)
@@ -550,7 +554,9 @@ func cpuProfilePath(path, kind string) string {
 
 func isOurs(kind string) bool { return kind == kindOurs || kind == kindOursNoPrio }
 
-func isPlugin(kind string) bool { return kind == kindPlugin || kind == kindPluginBase }
+func isPlugin(kind string) bool {
+	return kind == kindPlugin || kind == kindPluginBase || kind == kindPluginAdaptive
+}
 
 // hasExtender reports whether the kind's scheduler calls an extender (held by the test process).
 func hasExtender(kind string) bool { return kind == kindNothing || isOurs(kind) }
@@ -558,6 +564,22 @@ func hasExtender(kind string) bool { return kind == kindNothing || isOurs(kind) 
 // withSchedulerName sets the first profile's schedulerName of a KubeSchedulerConfiguration
 // and, with noPrioritize, drops the extenders' prioritize verb.
 func withSchedulerName(config []byte, name string, noPrioritize bool) ([]byte, error) {
+	return editConfig(config, name, func(m, _ map[string]any) {
+		if !noPrioritize {
+			return
+		}
+		exts, _ := m["extenders"].([]any)
+		for _, x := range exts {
+			if x, ok := x.(map[string]any); ok {
+				delete(x, "prioritizeVerb")
+			}
+		}
+	})
+}
+
+// editConfig sets the first profile's schedulerName of a KubeSchedulerConfiguration and lets
+// edit change the configuration m and that profile.
+func editConfig(config []byte, name string, edit func(m, profile map[string]any)) ([]byte, error) {
 	var m map[string]any
 	if err := yaml.Unmarshal(config, &m); err != nil {
 		return nil, err
@@ -571,14 +593,7 @@ func withSchedulerName(config []byte, name string, noPrioritize bool) ([]byte, e
 		return nil, errors.New("the first profile is not a map")
 	}
 	p["schedulerName"] = name
-	if noPrioritize {
-		exts, _ := m["extenders"].([]any)
-		for _, x := range exts {
-			if x, ok := x.(map[string]any); ok {
-				delete(x, "prioritizeVerb")
-			}
-		}
-	}
+	edit(m, p)
 	return yaml.Marshal(m)
 }
 
@@ -758,7 +773,7 @@ func formatReport(s settings, results []result) string {
 	if rates[kindPlain] > 0 && rates[kindNothing] > 0 {
 		fmt.Fprintf(&sb, " do-nothing / plain %s;", ratio(rates[kindNothing], rates[kindPlain]))
 	}
-	for _, k := range []string{kindOurs, kindPlugin, kindPlainPacked, kindPluginBase} {
+	for _, k := range []string{kindOurs, kindPlugin, kindPlainPacked, kindPluginBase, kindPluginAdaptive} {
 		if _, ok := rates[k]; ok && rates[kindPlain] > 0 {
 			fmt.Fprintf(&sb, " %s / plain %s;", k, ratio(rates[k], rates[kindPlain]))
 		}

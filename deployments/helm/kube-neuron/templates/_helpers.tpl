@@ -289,6 +289,7 @@ kind: KubeSchedulerConfiguration
 profiles:
   - schedulerName: my-scheduler
 {{- if include "kube-neuron.myScheduler.plugin" . }}
+    percentageOfNodesToScore: {{ int $s.customScheduler.pluginPercentageOfNodesToScore }}
     plugins:
       multiPoint:
         enabled:
