@@ -109,3 +109,15 @@ func TestRunOrder(t *testing.T) {
 		}
 	}
 }
+
+// A node is part-used while it holds fewer one-core pods than it has cores.
+func TestPartUsed(t *testing.T) {
+	cores := map[string]int64{"inf2-0": 24, "inf2-1": 24, "trn1-0": 32}
+	pods := map[string]int64{"inf2-0": 24, "inf2-1": 2, "trn1-0": 31}
+	if got := partUsed(pods, cores); got != 2 {
+		t.Errorf("partUsed = %d, want 2 (inf2-1 and trn1-0)", got)
+	}
+	if got := partUsed(map[string]int64{"inf2-0": 24}, cores); got != 0 {
+		t.Errorf("partUsed of a full node = %d, want 0", got)
+	}
+}

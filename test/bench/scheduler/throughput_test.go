@@ -153,7 +153,8 @@ type env struct {
 	s         settings
 	cp        *lab.ControlPlane
 	client    kubernetes.Interface
-	pluginBin string // neuron-kube-scheduler, when plugin runs
+	pluginBin string           // neuron-kube-scheduler, when plugin runs
+	cores     map[string]int64 // the aws.amazon.com/neuroncore capacity of each node
 }
 
 // result is one scheduler's run.
@@ -163,6 +164,7 @@ type result struct {
 	wall      time.Duration // scheduler process start to last binding
 	drain     time.Duration // first binding to last binding
 	nodesUsed int
+	partUsed  int                // nodes used that hold fewer one-core pods than they have cores
 	cpu       map[string]float64 // CPU seconds per process during the run
 	verbs     map[string]callStat
 	api       map[string]callStat // the extender's API requests
@@ -197,6 +199,11 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	if err := createNodes(ctx, client, s.nodes); err != nil {
 		b.Fatal(err)
 	}
+	cores, err := nodeCores(ctx, client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.cores = cores
 	fmt.Fprintf(os.Stderr, "bench: control plane and %d nodes ready in %v (%s)\n", s.nodes, time.Since(begin).Round(time.Millisecond), dir)
 
 	sums := map[string]float64{}
@@ -472,11 +479,11 @@ func (e *env) checkRun(ctx context.Context, name string, r *result) error {
 	if err != nil {
 		return err
 	}
-	nodes := map[string]bool{}
+	perNode := map[string]int64{}
 	for _, p := range pods.Items {
-		nodes[p.Spec.NodeName] = true
+		perNode[p.Spec.NodeName]++
 	}
-	r.nodesUsed = len(nodes)
+	r.nodesUsed, r.partUsed = len(perNode), partUsed(perNode, e.cores)
 	if isOurs(r.kind) || isPlugin(r.kind) {
 		return checkRecords(r.kind, pods.Items, e.s.pods)
 	}
@@ -595,6 +602,32 @@ func editConfig(config []byte, name string, edit func(m, profile map[string]any)
 	p["schedulerName"] = name
 	edit(m, p)
 	return yaml.Marshal(m)
+}
+
+// nodeCores returns the aws.amazon.com/neuroncore capacity of every node.
+func nodeCores(ctx context.Context, client kubernetes.Interface) (map[string]int64, error) {
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(nodes.Items))
+	for _, n := range nodes.Items {
+		q := n.Status.Capacity[topology.ResourceNeuronCore]
+		out[n.Name] = q.Value()
+	}
+	return out, nil
+}
+
+// partUsed counts the nodes holding fewer of the run's one-core pods than they have cores
+// (pods per node): those a tighter packing would have left empty or filled.
+func partUsed(pods map[string]int64, cores map[string]int64) int {
+	n := 0
+	for node, count := range pods {
+		if count < cores[node] {
+			n++
+		}
+	}
+	return n
 }
 
 // createNodes creates n plain Node objects, half trn1.32xlarge and half inf2.48xlarge, tainted
@@ -753,11 +786,11 @@ func formatReport(s settings, results []result) string {
 	fmt.Fprintf(&sb, "\n### Scheduling throughput: %d nodes, backlog of %d pods (extender client QPS %d, burst %d)\n\n",
 		s.nodes, s.pods, s.extenderQPS, 2*s.extenderQPS)
 	sb.WriteString("Schedulers in the order they ran; the ratios are to the mean rate of the other scheduler's runs in this iteration.\n\n")
-	sb.WriteString("| scheduler | pods | seconds (start to last bind) | seconds (first to last bind) | pods/s | ratio to plain | ratio to do-nothing | nodes used | nodes bound to per 250 ms | median gap between binds to one node (ms) |\n")
-	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	sb.WriteString("| scheduler | pods | seconds (start to last bind) | seconds (first to last bind) | pods/s | ratio to plain | ratio to do-nothing | nodes used | of them part-used | nodes bound to per 250 ms | median gap between binds to one node (ms) |\n")
+	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f | %.1f | %s | %s | %d | %.1f | %.0f |\n", r.kind, r.pods, r.wall.Seconds(), r.drain.Seconds(), r.rate(),
-			ratio(r.rate(), rates[kindPlain]), ratio(r.rate(), rates[kindNothing]), r.nodesUsed, r.active, float64(r.nodeGap.Microseconds())/1000)
+		fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f | %.1f | %s | %s | %d | %d | %.1f | %.0f |\n", r.kind, r.pods, r.wall.Seconds(), r.drain.Seconds(), r.rate(),
+			ratio(r.rate(), rates[kindPlain]), ratio(r.rate(), rates[kindNothing]), r.nodesUsed, r.partUsed, r.active, float64(r.nodeGap.Microseconds())/1000)
 	}
 	sb.WriteString("\nIteration (mean pods/s of each scheduler's runs):")
 	for _, k := range knownKinds {
