@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -469,5 +470,40 @@ func TestParallelFilterAndScore(t *testing.T) {
 		if got[k] != w {
 			t.Errorf("%s: status*1000+score %d in parallel, %d one at a time", k, got[k], w)
 		}
+	}
+}
+
+// TestScoreFullerNodeWithinATenth: of two nodes on which a one-core pod fits equally well (a
+// core beside a half-used device, 9 tenths on both), the fuller one scores higher, so that a
+// backlog fills one node after another instead of keeping many part-used.
+func TestScoreFullerNodeWithinATenth(t *testing.T) {
+	core := func(node string, c int) *corev1.Pod {
+		rec := &allocation.Record{Node: node, Containers: []allocation.Container{{Name: "main", Resource: topology.ResourceNeuronCore, Devices: []int{c / 2}, Cores: []int{c}}}}
+		return testkit.MakePod().Name(fmt.Sprintf("%s-%d", node, c)).NeuronCores(1).Node(node).Running().Record(rec).Obj()
+	}
+	var pods []*corev1.Pod
+	for c := range 9 { // cores 0-8: devices 0-3 full, device 4 half used
+		pods = append(pods, core("full", c))
+	}
+	pods = append(pods, core("light", 0)) // device 0 half used
+	h := newHandle(t, pods, trn1("full"), trn1("light"))
+	p := newPlugin(h, topology.BestFit, topology.DefaultCatalog())
+	pod := testkit.MakePod().Name("p").NeuronCores(1).Obj()
+	state := framework.NewCycleState()
+	for node, st := range cycle(t, p, state, pod) {
+		if !st.IsSuccess() {
+			t.Fatalf("%s: %v", node, st)
+		}
+	}
+	score := map[string]int64{}
+	for _, name := range []string{"full", "light"} {
+		ni, _ := h.snapshot.NodeInfos().Get(name)
+		score[name], _ = p.Score(context.Background(), state, pod, ni)
+	}
+	if score["full"]/10 != score["light"]/10 {
+		t.Fatalf("scores %v: want the same tenth on both (a core beside a half-used device)", score)
+	}
+	if score["full"] <= score["light"] {
+		t.Errorf("scores %v: want the fuller node higher", score)
 	}
 }

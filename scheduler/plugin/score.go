@@ -8,6 +8,7 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // PreScore skips the plugin's Score for a pod without Neuron requests.
@@ -19,8 +20,9 @@ func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod
 }
 
 // Score ranks the tightest fit highest, so that large blocks and whole nodes stay free, on the
-// extender's scale (its 0-10 times ten, so that both ways of scheduling rank nodes alike): the
-// node neuron-autoscaler launched for the pod ranks first. A node the pod does not fit scores 0.
+// extender's scale (its 0-10 times ten, so that both ways of scheduling rank nodes alike), and
+// among nodes of the same tenth the fullest first (fullness): the node neuron-autoscaler
+// launched for the pod ranks first. A node the pod does not fit scores 0.
 func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	s, ok := readState(state)
 	if !ok {
@@ -30,21 +32,21 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		return 0, nil
 	}
 	name := ni.Node().Name
+	v, _, err := p.view(ctx, ni)
+	if err != nil {
+		return 0, nil
+	}
 	fit, ok := s.scoreBesideNominated(name)
 	if !ok {
 		// Filter placed the pod on this NodeInfo (the node cache holds its placement) unless
 		// pods were nominated to the node, whose score it noted.
-		v, _, err := p.view(ctx, ni)
-		if err != nil {
-			return 0, nil
-		}
 		r := p.place(v, pod, s.reqs, s.key)
 		if r.err != nil {
 			return 0, nil
 		}
 		fit = r.score
 	}
-	score := allocation.Tenths(fit) * (fwk.MaxNodeScore / 10)
+	score := min(fwk.MaxNodeScore, allocation.Tenths(fit)*(fwk.MaxNodeScore/10)+fullness(v.usage))
 	if planned := pod.Annotations[labels.PlannedNodeAnnotation]; planned != "" {
 		if planned == name {
 			return fwk.MaxNodeScore, nil
@@ -52,6 +54,19 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		score = min(score, fwk.MaxNodeScore-fwk.MaxNodeScore/10)
 	}
 	return score, nil
+}
+
+// fullness is 0 to 9, the share of the node's cores in use: it orders the nodes within one
+// tenth of the placement score, so that of two nodes the pod fits equally well it goes to the
+// fuller one. Without it the tightest-fit score alternates as a node fills (a core beside a
+// half-used device scores 9 tenths, the core after it less), the scheduler's spreading scores
+// break the ties, and a backlog keeps many nodes part-used at once.
+func fullness(u *topology.Usage) int64 {
+	cores := u.Shape().Cores()
+	if cores == 0 {
+		return 0
+	}
+	return int64(9 * (cores - u.FreeCoreCount()) / cores)
 }
 
 // ScoreExtensions: the scores are on the framework's scale already.
