@@ -8,7 +8,6 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
-	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // PreScore skips the plugin's Score for a pod without Neuron requests.
@@ -21,7 +20,7 @@ func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod
 
 // Score ranks the tightest fit highest, so that large blocks and whole nodes stay free, on the
 // extender's scale (its 0-10 times ten, so that both ways of scheduling rank nodes alike), and
-// among nodes of the same tenth the fullest first (fullness): the node neuron-autoscaler
+// among nodes of the same tenth the fullest first (allocation.Fullness): the node neuron-autoscaler
 // launched for the pod ranks first. A node the pod does not fit scores 0.
 func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	s, ok := readState(state)
@@ -46,7 +45,7 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		}
 		fit = r.score
 	}
-	score := min(fwk.MaxNodeScore, allocation.Tenths(fit)*(fwk.MaxNodeScore/10)+fullness(v.usage))
+	score := min(fwk.MaxNodeScore, allocation.Tenths(fit)*(fwk.MaxNodeScore/10)+allocation.Fullness(v.usage))
 	if planned := pod.Annotations[labels.PlannedNodeAnnotation]; planned != "" {
 		if planned == name {
 			return fwk.MaxNodeScore, nil
@@ -54,19 +53,6 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		score = min(score, fwk.MaxNodeScore-fwk.MaxNodeScore/10)
 	}
 	return score, nil
-}
-
-// fullness is 0 to 9, the share of the node's cores in use: it orders the nodes within one
-// tenth of the placement score, so that of two nodes the pod fits equally well it goes to the
-// fuller one. Without it the tightest-fit score alternates as a node fills (a core beside a
-// half-used device scores 9 tenths, the core after it less), the scheduler's spreading scores
-// break the ties, and a backlog keeps many nodes part-used at once.
-func fullness(u *topology.Usage) int64 {
-	cores := u.Shape().Cores()
-	if cores == 0 {
-		return 0
-	}
-	return int64(9 * (cores - u.FreeCoreCount()) / cores)
 }
 
 // ScoreExtensions: the scores are on the framework's scale already.
