@@ -508,6 +508,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"npd.enable=false", "additional properties 'enable' not allowed"},
 		{"scheduler.customScheduler.enbled=false", "additional properties 'enbled' not allowed"},
 		{"scheduler.customScheduler.pluginPercentageOfNodesToScore=101", "/scheduler/customScheduler/pluginPercentageOfNodesToScore"},
+		{"scheduler.customScheduler.pluginCandidateNodes=-1", "/scheduler/customScheduler/pluginCandidateNodes"},
+		{"scheduler.customScheduler.pluginCandidateNodes=ten", "/scheduler/customScheduler/pluginCandidateNodes"},
 		{"draDriver.image.digest=x", "additional properties 'digest' not allowed"},
 		{"autoscaler.enabled=yes", "/autoscaler/enabled"},
 		{"neuronInstance={trn1.2xlarge}", "additional properties 'neuronInstance' not allowed"},

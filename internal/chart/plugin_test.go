@@ -82,6 +82,35 @@ func TestPluginPercentageOfNodesToScore(t *testing.T) {
 	}
 }
 
+// TestPluginCandidateNodes: customScheduler.pluginCandidateNodes is NeuronTopology's
+// args.candidateNodes in mode plugin (0 turns narrowing off); mode extender has no plugin args.
+func TestPluginCandidateNodes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		sets []string
+		want any // args.candidateNodes, nil for no NeuronTopology args
+	}{
+		{nil, float64(10)},
+		{[]string{"scheduler.customScheduler.pluginCandidateNodes=0"}, float64(0)},
+		{[]string{"scheduler.customScheduler.pluginCandidateNodes=25"}, float64(25)},
+		{[]string{extenderMode, "scheduler.customScheduler.pluginCandidateNodes=25"}, nil},
+	} {
+		m := render(t, append([]string{"scheduler.enabled=true", "npd.enabled=false"}, tc.sets...)...)
+		profile := myConfig(t, m, "kube-system")["profiles"].([]any)[0].(map[string]any)
+		var got any
+		if pcs, ok := profile["pluginConfig"].([]any); ok {
+			for _, pc := range pcs {
+				if pc := pc.(map[string]any); pc["name"] == "NeuronTopology" {
+					got = pc["args"].(map[string]any)["candidateNodes"]
+				}
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%v: candidateNodes = %v, want %v", tc.sets, got, tc.want)
+		}
+	}
+}
+
 // TestSchedulerPluginProfileIsTheLabs: the chart's profile is exactly the one
 // lab.PluginSchedulerConfig gives neuron-kube-scheduler in the lab and the e2e tests, for both
 // policies, so that the two cannot drift; the chart adds leader election, on the Lease of mode

@@ -122,9 +122,12 @@ extenders:
 // PluginSchedulerConfig is the KubeSchedulerConfiguration of neuron-kube-scheduler running as
 // my-scheduler: the default plugins and NeuronTopology (weight 10, as the extender's), whose Bind
 // runs before DefaultBinder (it skips pods without Neuron requests) so that a Neuron pod's
-// allocation record lands with its binding, checking 10 % of the nodes per pod (at least 100;
-// the chart's customScheduler.pluginPercentageOfNodesToScore). policy is best-fit or first-fit.
-// The Helm chart renders the same.
+// allocation record lands with its binding, and whose PostFilter runs before DefaultPreemption
+// (a narrowed pod that found no node is tried on every node before anything is preempted);
+// PreFilter narrows a pod to the 10 nodes NeuronTopology ranks best (args.candidateNodes, the
+// chart's customScheduler.pluginCandidateNodes), and pods it does not narrow are checked on 10 %
+// of the nodes (at least 100; customScheduler.pluginPercentageOfNodesToScore). policy is
+// best-fit or first-fit. The Helm chart renders the same.
 func PluginSchedulerConfig(policy string) []byte {
 	return []byte(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -136,6 +139,12 @@ profiles:
       enabled:
       - name: NeuronTopology
         weight: 10
+    postFilter:
+      enabled:
+      - name: NeuronTopology
+      - name: DefaultPreemption
+      disabled:
+      - name: "*"
     bind:
       enabled:
       - name: NeuronTopology
@@ -146,6 +155,7 @@ profiles:
   - name: NeuronTopology
     args:
       policy: ` + policy + `
+      candidateNodes: 10
 `)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
@@ -24,6 +25,8 @@ type podState struct {
 	// planned is the node neuron-autoscaler launched for the pod while it still holds pods off
 	// ("" otherwise): the pod waits for it.
 	planned string
+	// narrowed: PreFilter handed the framework only the candidates (Plugin.candidates).
+	narrowed bool
 
 	// besideNominated are the placement scores Filter found beside the pods the framework
 	// added to a node's NodeInfo (nominated to it), by node, for Score: Score gets the
@@ -65,15 +68,27 @@ func readState(state fwk.CycleState) (*podState, bool) {
 	return s, ok
 }
 
-// PreFilter reads the pod's Neuron requests; a pod without any skips the plugin.
-func (p *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// PreFilter reads the pod's Neuron requests (a pod without any skips the plugin) and, unless the
+// pod's last cycle was narrowed and found no node, narrows the nodes the framework checks to the
+// candidates the plugin ranks best.
+func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	p.unsupportedMsgs.Delete(pod.UID)
+	_, wide := p.wide.LoadAndDelete(pod.UID)
 	reqs := allocation.PodRequests(pod)
 	if len(reqs) == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, &podState{reqs: reqs, key: allocation.PlacementKey(pod, reqs), planned: p.waitingFor(pod)})
-	return nil, nil
+	s := &podState{reqs: reqs, key: allocation.PlacementKey(pod, reqs), planned: p.waitingFor(pod)}
+	state.Write(stateKey, s)
+	if wide || s.planned != "" {
+		return nil, nil
+	}
+	names := p.candidates(ctx, pod, s)
+	if names == nil {
+		return nil, nil
+	}
+	s.narrowed = true
+	return &fwk.PreFilterResult{NodeNames: names}, nil
 }
 
 // PreFilterExtensions: the nominated pods the framework adds to a NodeInfo are read from it in
@@ -112,10 +127,23 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.P
 	}
 }
 
-// PostFilter runs when no node passed: a request that some node's instance type does not
-// support gets an UnsupportedNeuronRequest warning on the pod, as from the extender (at most once
-// a minute per message). It never makes the pod schedulable itself.
-func (p *Plugin) PostFilter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+// PostFilter runs when no node passed. When PreFilter had narrowed the pod to its candidates
+// and another filter refused them all (one that hostAdmits does not repeat), the pod is tried
+// again at once on every node: PostFilter activates it and stops the PostFilter plugins after it
+// (my-scheduler's profile runs it before DefaultPreemption), so that nothing is preempted for a
+// pod that may fit elsewhere. Otherwise a request that some node's instance type does not support
+// gets an UnsupportedNeuronRequest warning on the pod, as from the extender (at most once a
+// minute per message). It never makes the pod schedulable itself.
+func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if s, ok := readState(state); ok && s.narrowed {
+		p.unsupportedMsgs.Delete(pod.UID)
+		p.wide.Store(pod.UID, struct{}{})
+		klog.FromContext(ctx).V(2).Info("No candidate node passed the other filters; trying the pod again on every node", "pod", klog.KObj(pod))
+		if p.h != nil {
+			p.h.Activate(klog.FromContext(ctx), map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
+		}
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("none of the %d nodes %s ranked best passed the other filters; the pod is tried again on every node", p.candidateNodes, Name))
+	}
 	if msg, ok := p.unsupportedMsgs.LoadAndDelete(pod.UID); ok && p.h != nil && p.warnings.Due(string(pod.UID)+"|"+msg.(string), time.Now()) {
 		p.h.EventRecorder().Eventf(pod, nil, corev1.EventTypeWarning, "UnsupportedNeuronRequest", "Scheduling", msg.(string))
 	}

@@ -42,13 +42,20 @@ const Name = "NeuronTopology"
 type Args struct {
 	// Policy is best-fit (default) or first-fit, as the extender's --placement-policy.
 	Policy string `json:"policy,omitempty"`
+	// CandidateNodes is how many nodes, best first by the plugin's Score over every node,
+	// PreFilter hands the framework for a pod it can narrow (candidates): the framework then
+	// filters and scores only those, instead of a sample of the nodes. 0 turns narrowing off;
+	// unset is DefaultCandidateNodes.
+	CandidateNodes *int `json:"candidateNodes,omitempty"`
 }
 
 // Plugin is the NeuronTopology plugin.
 type Plugin struct {
 	h      fwk.Handle
 	policy topology.Policy
-	shapes *allocation.Shapes
+	// candidateNodes is Args.CandidateNodes: how many nodes PreFilter narrows a pod to.
+	candidateNodes int
+	shapes         *allocation.Shapes
 	// nodeShapes holds the shape of each node object (shapeOf).
 	nodeShapes sync.Map // node name -> *nodeShape
 	records    allocation.RecordCache
@@ -63,6 +70,8 @@ type Plugin struct {
 	// unsupportedMsgs holds, per pod, the engine's refusal of a count that Filter met in the
 	// pod's last cycle, for PostFilter's warning.
 	unsupportedMsgs sync.Map // types.UID -> string
+	// wide holds the pods whose narrowed cycle found no node: their next cycle is not narrowed.
+	wide sync.Map // types.UID -> struct{}
 }
 
 var (
@@ -87,6 +96,12 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return nil, err
 	}
 	p := newPlugin(h, policy, topology.DefaultCatalog())
+	if args.CandidateNodes != nil {
+		if *args.CandidateNodes < 0 {
+			return nil, fmt.Errorf("%s: args.candidateNodes %d is negative: use 0 to turn narrowing off, or how many nodes to hand the framework per pod (default %d)", Name, *args.CandidateNodes, DefaultCandidateNodes)
+		}
+		p.candidateNodes = *args.CandidateNodes
+	}
 	if h != nil && h.SharedInformerFactory() != nil {
 		// Forget what a deleted pod held. (A bound pod's reservation stays until the pod is
 		// deleted: the scheduler's cache may still show the assumed copy, without the record,
@@ -100,6 +115,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 					p.reserved.forget(pod.UID)
 					p.records.Forget(pod.UID)
 					p.unsupportedMsgs.Delete(pod.UID)
+					p.wide.Delete(pod.UID)
 				}
 			},
 		})
@@ -111,7 +127,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 }
 
 func newPlugin(h fwk.Handle, policy topology.Policy, cat *topology.Catalog) *Plugin {
-	return &Plugin{h: h, policy: policy, shapes: allocation.NewShapes(cat)}
+	return &Plugin{h: h, policy: policy, candidateNodes: DefaultCandidateNodes, shapes: allocation.NewShapes(cat)}
 }
 
 // decodeArgs decodes the plugin's args strictly: a misspelt field is an error, not a default.
@@ -125,7 +141,7 @@ func decodeArgs(obj runtime.Object) (Args, error) {
 		dec := json.NewDecoder(bytes.NewReader(u.Raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&args); err != nil {
-			return args, fmt.Errorf("%s: the plugin's args: %w (the only field is policy: best-fit or first-fit)", Name, err)
+			return args, fmt.Errorf("%s: the plugin's args: %w (the fields are policy, best-fit or first-fit, and candidateNodes, 0 or more)", Name, err)
 		}
 		return args, nil
 	}

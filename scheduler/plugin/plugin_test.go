@@ -78,12 +78,17 @@ func cycle(t *testing.T, p *Plugin, state fwk.CycleState, pod *corev1.Pod) map[s
 
 func TestArgs(t *testing.T) {
 	for _, tc := range []struct {
-		args    string
-		want    topology.Policy
-		wantErr string
+		args           string
+		want           topology.Policy
+		wantCandidates int
+		wantErr        string
 	}{
-		{args: `{}`, want: topology.BestFit},
-		{args: `{"policy":"first-fit"}`, want: topology.FirstFit},
+		{args: `{}`, want: topology.BestFit, wantCandidates: DefaultCandidateNodes},
+		{args: `{"policy":"first-fit"}`, want: topology.FirstFit, wantCandidates: DefaultCandidateNodes},
+		{args: `{"candidateNodes":0}`, want: topology.BestFit, wantCandidates: 0},
+		{args: `{"policy":"best-fit","candidateNodes":3}`, want: topology.BestFit, wantCandidates: 3},
+		{args: `{"candidateNodes":-1}`, wantErr: "args.candidateNodes -1 is negative: use 0 to turn narrowing off"},
+		{args: `{"candidateNodes":"ten"}`, wantErr: "cannot unmarshal"},
 		{args: `{"policy":"tightest"}`, wantErr: `args.policy "tightest" is not a placement policy: use best-fit or first-fit`},
 		{args: `{"polcy":"first-fit"}`, wantErr: "unknown field"},
 	} {
@@ -99,6 +104,9 @@ func TestArgs(t *testing.T) {
 		}
 		if p := got.(*Plugin).policy; p != tc.want {
 			t.Errorf("args %s: policy %s, want %s", tc.args, p, tc.want)
+		}
+		if n := got.(*Plugin).candidateNodes; n != tc.wantCandidates {
+			t.Errorf("args %s: candidateNodes %d, want %d", tc.args, n, tc.wantCandidates)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kube-neuron/kube-neuron/internal/allocation"
 	"github.com/kube-neuron/kube-neuron/internal/labels"
+	"github.com/kube-neuron/kube-neuron/internal/topology"
 )
 
 // PreScore skips the plugin's Score for a pod without Neuron requests.
@@ -45,7 +46,7 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		}
 		fit = r.score
 	}
-	score := min(fwk.MaxNodeScore, allocation.Tenths(fit)*(fwk.MaxNodeScore/10)+allocation.Fullness(v.usage))
+	score := nodeScore(fit, v.usage)
 	if planned := pod.Annotations[labels.PlannedNodeAnnotation]; planned != "" {
 		if planned == name {
 			return fwk.MaxNodeScore, nil
@@ -53,6 +54,12 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		score = min(score, fwk.MaxNodeScore-fwk.MaxNodeScore/10)
 	}
 	return score, nil
+}
+
+// nodeScore is Score before the planned node: the placement score's tenth times ten, plus the
+// node's fullness, at most fwk.MaxNodeScore.
+func nodeScore(fit float64, u *topology.Usage) int64 {
+	return min(fwk.MaxNodeScore, allocation.Tenths(fit)*(fwk.MaxNodeScore/10)+allocation.Fullness(u))
 }
 
 // ScoreExtensions: the scores are on the framework's scale already.

@@ -11,7 +11,7 @@ import (
 
 // The plugin runs under the run's scheduler name with my-scheduler's plugins and arguments.
 func TestPluginConfig(t *testing.T) {
-	data, err := pluginConfig("bench-plugin-0-3", false)
+	data, err := pluginConfig("bench-plugin-0-3", kindPlugin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestPluginConfig(t *testing.T) {
 			} `json:"plugins"`
 			PluginConfig []struct {
 				Name string            `json:"name"`
-				Args map[string]string `json:"args"`
+				Args map[string]any `json:"args"`
 			} `json:"pluginConfig"`
 		} `json:"profiles"`
 	}
@@ -57,19 +57,40 @@ func TestPluginConfig(t *testing.T) {
 	if !slices.Equal(bind, []string{"NeuronTopology", "DefaultBinder"}) {
 		t.Errorf("bind %v, want [NeuronTopology DefaultBinder]", bind)
 	}
-	if len(p.PluginConfig) != 1 || p.PluginConfig[0].Name != "NeuronTopology" || p.PluginConfig[0].Args["policy"] != "best-fit" {
-		t.Errorf("pluginConfig %+v, want NeuronTopology with policy best-fit", p.PluginConfig)
+	if len(p.PluginConfig) != 1 || p.PluginConfig[0].Name != "NeuronTopology" || p.PluginConfig[0].Args["policy"] != "best-fit" || p.PluginConfig[0].Args["candidateNodes"] != float64(10) {
+		t.Errorf("pluginConfig %+v, want NeuronTopology with policy best-fit and candidateNodes 10", p.PluginConfig)
 	}
 	if got := percentageOfNodesToScore(t, data); got == nil || *got != 10 {
 		t.Errorf("percentageOfNodesToScore %v, want my-scheduler's 10", got)
 	}
 	// plugin-adaptive: the same profile with kube-scheduler's adaptive share, plain's.
-	adaptive, err := pluginConfig("bench-plugin-adaptive-0-1", true)
+	adaptive, err := pluginConfig("bench-plugin-adaptive-0-1", kindPluginAdaptive)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := percentageOfNodesToScore(t, adaptive); got != nil {
 		t.Errorf("plugin-adaptive: percentageOfNodesToScore %d, want none", *got)
+	}
+	// plugin-sampled: the same profile without narrowing.
+	sampled, err := pluginConfig("bench-plugin-sampled-0-1", kindPluginSampled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc struct {
+		Profiles []struct {
+			PluginConfig []struct {
+				Args map[string]any `json:"args"`
+			} `json:"pluginConfig"`
+		} `json:"profiles"`
+	}
+	if err := yaml.Unmarshal(sampled, &sc); err != nil {
+		t.Fatal(err)
+	}
+	if args := sc.Profiles[0].PluginConfig[0].Args; args["candidateNodes"] != float64(0) || args["policy"] != "best-fit" {
+		t.Errorf("plugin-sampled: args %v, want policy best-fit and candidateNodes 0", args)
+	}
+	if got := percentageOfNodesToScore(t, sampled); got == nil || *got != 10 {
+		t.Errorf("plugin-sampled: percentageOfNodesToScore %v, want my-scheduler's 10", got)
 	}
 }
 

@@ -31,13 +31,21 @@ func pluginBinary() (string, error) {
 	return filepath.Join(strings.TrimSpace(string(out)), "neuron-kube-scheduler"), nil
 }
 
-// pluginConfig is the configuration of the plugin scheduler called name: my-scheduler's
-// (lab.PluginSchedulerConfig, best-fit) under the run's scheduler name; with adaptive, without
-// its percentageOfNodesToScore, so that the scheduler checks as many nodes per pod as plain.
-func pluginConfig(name string, adaptive bool) ([]byte, error) {
+// pluginConfig is the configuration of the plugin scheduler of the kind called name: my-scheduler's
+// (lab.PluginSchedulerConfig, best-fit) under the run's scheduler name; for plugin-adaptive
+// without its percentageOfNodesToScore, so that the scheduler checks as many nodes per pod as
+// plain; for plugin-sampled with NeuronTopology's candidateNodes 0 (no narrowing).
+func pluginConfig(name, kind string) ([]byte, error) {
 	return editConfig(lab.PluginSchedulerConfig("best-fit"), name, func(_, profile map[string]any) {
-		if adaptive {
+		switch kind {
+		case kindPluginAdaptive:
 			delete(profile, "percentageOfNodesToScore")
+		case kindPluginSampled:
+			for _, pc := range profile["pluginConfig"].([]any) {
+				if pc := pc.(map[string]any); pc["name"] == "NeuronTopology" {
+					pc["args"].(map[string]any)["candidateNodes"] = 0
+				}
+			}
 		}
 	})
 }

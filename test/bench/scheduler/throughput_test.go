@@ -56,12 +56,15 @@ const (
 	// kindPluginAdaptive is the plugin with the scheduler's adaptive share of nodes to check
 	// per pod, plain's (a diagnostic: what my-scheduler's percentageOfNodesToScore buys).
 	kindPluginAdaptive = "plugin-adaptive"
+	// kindPluginSampled is the plugin without narrowing (candidateNodes 0): every pod checked on
+	// my-scheduler's 10 % sample (a diagnostic: what narrowing buys).
+	kindPluginSampled = "plugin-sampled"
 
 	leaseNamespace = metav1.NamespaceSystem
 )
 
 // knownKinds are the schedulers BENCH_SCHEDULERS may name, in the order reports list them.
-var knownKinds = []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked, kindPluginBase, kindPluginAdaptive}
+var knownKinds = []string{kindPlain, kindNothing, kindOurs, kindPlugin, kindOursNoPrio, kindPlainPacked, kindPluginBase, kindPluginAdaptive, kindPluginSampled}
 
 type settings struct {
 	nodes, pods   int
@@ -186,7 +189,7 @@ func (r result) rate() float64 { return benchutil.Rate(r.pods, r.drain) }
 func BenchmarkSchedulingThroughput(b *testing.B) {
 	s := loadSettings(b)
 	var pluginBin string
-	if slices.Contains(s.kinds, kindPlugin) || slices.Contains(s.kinds, kindPluginAdaptive) {
+	if slices.Contains(s.kinds, kindPlugin) || slices.Contains(s.kinds, kindPluginAdaptive) || slices.Contains(s.kinds, kindPluginSampled) {
 		var err error
 		if pluginBin, err = pluginBinary(); err != nil {
 			b.Fatal(err)
@@ -235,6 +238,7 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 		{kindOurs, kindNothing}, {kindNothing, kindPlain}, {kindOurs, kindPlain},
 		{kindPlugin, kindPlain}, {kindPlugin, kindOurs}, {kindPlainPacked, kindPlain}, {kindPlugin, kindPlainPacked}, {kindPlugin, kindPluginBase},
 		{kindPluginAdaptive, kindPlain}, {kindPlugin, kindPluginAdaptive},
+		{kindPluginSampled, kindPlain}, {kindPlugin, kindPluginSampled},
 	} {
 		if slices.Contains(s.kinds, q[0]) && sums[q[1]] > 0 {
 			b.ReportMetric(sums[q[0]]/sums[q[1]], "ratio-"+q[0]+"/"+q[1])
@@ -378,7 +382,7 @@ func packedSchedulerConfig(name string) string {
 // the plugin.
 func (e *env) startScheduler(ctx context.Context, kind, name string, config []byte) error {
 	switch kind {
-	case kindPlugin, kindPluginAdaptive:
+	case kindPlugin, kindPluginAdaptive, kindPluginSampled:
 		return e.cp.StartSchedulerBinary(ctx, name, e.pluginBin, config)
 	case kindPluginBase:
 		return e.cp.StartSchedulerBinary(ctx, name, e.s.pluginBase, config)
@@ -396,8 +400,8 @@ func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*ru
 		return nil, schedConfig, nil
 	case kindPlainPacked:
 		return nil, []byte(packedSchedulerConfig(name)), nil
-	case kindPlugin, kindPluginBase, kindPluginAdaptive:
-		schedConfig, err := pluginConfig(name, kind == kindPluginAdaptive)
+	case kindPlugin, kindPluginBase, kindPluginAdaptive, kindPluginSampled:
+		schedConfig, err := pluginConfig(name, kind)
 		return nil, schedConfig, err
 	}
 	cfg, counter, limiter := instrumentedClientConfig(e.cp.RESTConfig(), e.s.extenderQPS)
@@ -562,7 +566,7 @@ func cpuProfilePath(path, kind string) string {
 func isOurs(kind string) bool { return kind == kindOurs || kind == kindOursNoPrio }
 
 func isPlugin(kind string) bool {
-	return kind == kindPlugin || kind == kindPluginBase || kind == kindPluginAdaptive
+	return kind == kindPlugin || kind == kindPluginBase || kind == kindPluginAdaptive || kind == kindPluginSampled
 }
 
 // hasExtender reports whether the kind's scheduler calls an extender (held by the test process).
@@ -806,7 +810,7 @@ func formatReport(s settings, results []result) string {
 	if rates[kindPlain] > 0 && rates[kindNothing] > 0 {
 		fmt.Fprintf(&sb, " do-nothing / plain %s;", ratio(rates[kindNothing], rates[kindPlain]))
 	}
-	for _, k := range []string{kindOurs, kindPlugin, kindPlainPacked, kindPluginBase, kindPluginAdaptive} {
+	for _, k := range []string{kindOurs, kindPlugin, kindPlainPacked, kindPluginBase, kindPluginAdaptive, kindPluginSampled} {
 		if _, ok := rates[k]; ok && rates[kindPlain] > 0 {
 			fmt.Fprintf(&sb, " %s / plain %s;", k, ratio(rates[k], rates[kindPlain]))
 		}

@@ -295,6 +295,12 @@ profiles:
         enabled:
           - name: NeuronTopology
             weight: 10
+      postFilter:
+        enabled:
+          - name: NeuronTopology
+          - name: DefaultPreemption
+        disabled:
+          - name: "*"
       bind:
         enabled:
           - name: NeuronTopology
@@ -305,6 +311,7 @@ profiles:
       - name: NeuronTopology
         args:
           policy: {{ $s.policy }}
+          candidateNodes: {{ int $s.customScheduler.pluginCandidateNodes }}
 {{- else }}
 {{- $tls := dict -}}
 {{- if include "kube-neuron.scheduler.tls" . -}}
