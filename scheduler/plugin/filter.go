@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -80,13 +81,15 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	}
 	s := &podState{reqs: reqs, key: allocation.PlacementKey(pod, reqs), planned: p.waitingFor(pod)}
 	state.Write(stateKey, s)
-	if wide || s.planned != "" {
-		return nil, nil
+	var names sets.Set[string]
+	if !wide && s.planned == "" {
+		names = p.candidates(ctx, pod, s)
 	}
-	names := p.candidates(ctx, pod, s)
 	if names == nil {
+		narrowingCycles.WithLabelValues(sampledResult).Inc()
 		return nil, nil
 	}
+	narrowingCycles.WithLabelValues(narrowedResult).Inc()
 	s.narrowed = true
 	return &fwk.PreFilterResult{NodeNames: names}, nil
 }
@@ -138,6 +141,7 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 	if s, ok := readState(state); ok && s.narrowed {
 		p.unsupportedMsgs.Delete(pod.UID)
 		p.wide.Store(pod.UID, struct{}{})
+		narrowingCycles.WithLabelValues(retriedResult).Inc()
 		klog.FromContext(ctx).V(2).Info("No candidate node passed the other filters; trying the pod again on every node", "pod", klog.KObj(pod))
 		if p.h != nil {
 			p.h.Activate(klog.FromContext(ctx), map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})

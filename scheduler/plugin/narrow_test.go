@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
@@ -315,6 +316,7 @@ func TestCandidatesSkipNodesWithNominatedPods(t *testing.T) {
 // PostFilter activates the pod and stops the PostFilter plugins after it (nothing is preempted);
 // the pod's next cycle is not narrowed, and the one after is again.
 func TestNarrowedCycleWithoutNodeTriesEveryNode(t *testing.T) {
+	before := narrowingCounts(t)
 	h := &activatingHandle{fakeHandle: newHandle(t, nil, readyNode("a", "trn1.32xlarge").Obj())}
 	p := newPlugin(h, topology.BestFit, topology.DefaultCatalog())
 	pod := testkit.MakePod().Name("p").UID("uid-p").NeuronCores(1).Obj()
@@ -338,6 +340,27 @@ func TestNarrowedCycleWithoutNodeTriesEveryNode(t *testing.T) {
 	if names, _ = preFilter(t, p, pod); names == nil {
 		t.Error("the cycle after that: not narrowed")
 	}
+	// scheduler_neuron_topology_narrowing_total counted each cycle.
+	after := narrowingCounts(t)
+	for result, want := range map[string]float64{narrowedResult: 2, sampledResult: 1, retriedResult: 1} {
+		if got := after[result] - before[result]; got != want {
+			t.Errorf("narrowing_total{result=%q} went up by %v, want %v", result, got, want)
+		}
+	}
+}
+
+// narrowingCounts reads scheduler_neuron_topology_narrowing_total by result.
+func narrowingCounts(t *testing.T) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, r := range []string{narrowedResult, sampledResult, retriedResult} {
+		v, err := testutil.GetCounterMetricValue(narrowingCycles.WithLabelValues(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[r] = v
+	}
+	return out
 }
 
 // TestCandidatesFollowTheSnapshot: narrowing reads the cycle's snapshot, so the pod Reserve

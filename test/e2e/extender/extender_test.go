@@ -142,6 +142,24 @@ func TestSeedScenarios(t *testing.T) {
 			t.Errorf("one device next to the 9 cores: %v, want [3]", d)
 		}
 	})
+	if framework.Scheduling() == framework.SchedulingPlugin {
+		// The pods above ask for nothing the plugin's candidate checks leave out (a node
+		// selector, the Neuron taint's toleration): neuron-kube-scheduler narrowed them, and
+		// every narrowed cycle found its node among the candidates.
+		t.Run("narrowed", func(t *testing.T) {
+			m, err := framework.ScrapeSchedulerMetrics(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]float64{}
+			for _, s := range m["scheduler_neuron_topology_narrowing_total"] {
+				got[s.Labels["result"]] += s.Value
+			}
+			if got["narrowed"] < 6 || got["retried"] != 0 {
+				t.Errorf("scheduler_neuron_topology_narrowing_total %v: want at least 6 narrowed (the pods placed above) and none retried", got)
+			}
+		})
+	}
 }
 
 func create(t *testing.T, ctx context.Context, ns, name, instanceType, res string, n int, hosts ...string) {

@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -38,10 +39,19 @@ func ScrapeNodeMetrics(ctx context.Context, node string) (map[string][]Sample, e
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s/metrics: %s", addr, resp.Status)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	out, err := parseSamples(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("parsing %s/metrics: %w", addr, err)
+	}
+	return out, nil
+}
+
+// parseSamples reads a Prometheus text exposition into its series by name.
+func parseSamples(r io.Reader) (map[string][]Sample, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string][]Sample{}
 	for name, f := range families {
