@@ -146,7 +146,7 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 		if p.h != nil {
 			p.h.Activate(klog.FromContext(ctx), map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
 		}
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("none of the %d nodes %s ranked best passed the other filters; the pod is tried again on every node", p.candidateNodes, Name))
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("the nodes %s ranked best for the pod (candidateNodes %d) did not pass the other filters; the pod is tried again on every node", Name, p.candidateNodes))
 	}
 	if msg, ok := p.unsupportedMsgs.LoadAndDelete(pod.UID); ok && p.h != nil && p.warnings.Due(string(pod.UID)+"|"+msg.(string), time.Now()) {
 		p.h.EventRecorder().Eventf(pod, nil, corev1.EventTypeWarning, "UnsupportedNeuronRequest", "Scheduling", msg.(string))

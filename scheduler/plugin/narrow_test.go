@@ -325,7 +325,7 @@ func TestNarrowedCycleWithoutNodeTriesEveryNode(t *testing.T) {
 		t.Fatal("not narrowed")
 	}
 	_, st := p.PostFilter(context.Background(), state, pod, framework.NewDefaultNodeToStatus())
-	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "the pod is tried again on every node") {
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "the nodes NeuronTopology ranked best for the pod (candidateNodes 10) did not pass the other filters; the pod is tried again on every node") {
 		t.Errorf("PostFilter: %v, want UnschedulableAndUnresolvable saying the pod is tried on every node", st)
 	}
 	if !slices.Equal(h.activated, []string{"default/p"}) {

@@ -147,7 +147,7 @@ func TestSeedScenarios(t *testing.T) {
 		// selector, the Neuron taint's toleration): neuron-kube-scheduler narrowed them, and
 		// every narrowed cycle found its node among the candidates.
 		t.Run("narrowed", func(t *testing.T) {
-			m, err := framework.ScrapeSchedulerMetrics(ctx)
+			m, err := framework.ScrapeSchedulerMetrics(ctx, lab.CustomSchedulerName)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,5 +23,7 @@ func TestMain(m *testing.M) {
 		{Name: "churn-inf2", InstanceType: "inf2.48xlarge"},
 		{Name: "race", InstanceType: "trn1.32xlarge"},
 		{Name: "switch", InstanceType: "trn1.32xlarge"},
+		{Name: narrowSmall, InstanceType: "inf2.8xlarge"},
+		{Name: narrowLarge, InstanceType: "inf2.24xlarge"},
 	}}, lab.ComponentDevicePlugin, lab.ComponentExtender))
 }

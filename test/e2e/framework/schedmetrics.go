@@ -3,24 +3,22 @@ package framework
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-
-	"github.com/kube-neuron/kube-neuron/internal/lab"
 )
 
-// ScrapeSchedulerMetrics reads my-scheduler's /metrics on its secure port, with the lab's admin
-// client certificate (the scheduler authorizes it; its own serving certificate is self-signed
-// on loopback and not verified), and returns the series by name.
-func ScrapeSchedulerMetrics(ctx context.Context) (map[string][]Sample, error) {
+// ScrapeSchedulerMetrics reads the /metrics of the scheduler the lab started as name
+// (lab.CustomSchedulerName for my-scheduler) on its secure port, with the lab's admin client
+// certificate (the scheduler authorizes it; its own serving certificate is self-signed on
+// loopback and not verified), and returns the series by name.
+func ScrapeSchedulerMetrics(ctx context.Context, name string) (map[string][]Sample, error) {
 	cp := L.ControlPlane()
-	url, ok := cp.SchedulerURL(lab.CustomSchedulerName)
+	url, ok := cp.SchedulerURL(name)
 	if !ok {
-		return nil, errors.New("the lab has not started my-scheduler")
+		return nil, fmt.Errorf("the lab has not started a scheduler called %s", name)
 	}
 	cfg := cp.RESTConfig()
 	cfg.Host, cfg.NegotiatedSerializer = url, scheme.Codecs.WithoutConversion()
