@@ -163,7 +163,9 @@ func TestCandidatesPassTheHostFilters(t *testing.T) {
 			}, want: "best"},
 		{name: "tainted", best: func(w *testkit.NodeWrapper) { w.Taint(noSchedule) }, want: "other"},
 		{name: "tainted, tolerated", best: func(w *testkit.NodeWrapper) { w.Taint(noSchedule) },
-			pod:  func(w *testkit.PodWrapper) { w.Tolerations(corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "x"}) },
+			pod: func(w *testkit.PodWrapper) {
+				w.Tolerations(corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "x"})
+			},
 			want: "best"},
 		{name: "PreferNoSchedule", best: func(w *testkit.NodeWrapper) {
 			w.Taint(corev1.Taint{Key: "soft", Effect: corev1.TaintEffectPreferNoSchedule})

@@ -32,7 +32,7 @@ func TestPluginConfig(t *testing.T) {
 				} `json:"bind"`
 			} `json:"plugins"`
 			PluginConfig []struct {
-				Name string            `json:"name"`
+				Name string         `json:"name"`
 				Args map[string]any `json:"args"`
 			} `json:"pluginConfig"`
 		} `json:"profiles"`
