@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"sync"
-
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 )
@@ -25,8 +23,6 @@ var narrowingCycles = metrics.NewCounterVec(&metrics.CounterOpts{
 	StabilityLevel: metrics.ALPHA,
 }, []string{"result"})
 
-var registerMetrics sync.Once
-
 func init() {
-	registerMetrics.Do(func() { legacyregistry.MustRegister(narrowingCycles) })
+	legacyregistry.MustRegister(narrowingCycles)
 }

@@ -189,7 +189,7 @@ func (r result) rate() float64 { return benchutil.Rate(r.pods, r.drain) }
 func BenchmarkSchedulingThroughput(b *testing.B) {
 	s := loadSettings(b)
 	var pluginBin string
-	if slices.Contains(s.kinds, kindPlugin) || slices.Contains(s.kinds, kindPluginAdaptive) || slices.Contains(s.kinds, kindPluginSampled) {
+	if slices.ContainsFunc(s.kinds, runsPluginBinary) {
 		var err error
 		if pluginBin, err = pluginBinary(); err != nil {
 			b.Fatal(err)
@@ -381,10 +381,10 @@ func packedSchedulerConfig(name string) string {
 // startScheduler starts the scheduler under test: kube-scheduler, or neuron-kube-scheduler for
 // the plugin.
 func (e *env) startScheduler(ctx context.Context, kind, name string, config []byte) error {
-	switch kind {
-	case kindPlugin, kindPluginAdaptive, kindPluginSampled:
+	switch {
+	case runsPluginBinary(kind):
 		return e.cp.StartSchedulerBinary(ctx, name, e.pluginBin, config)
-	case kindPluginBase:
+	case kind == kindPluginBase:
 		return e.cp.StartSchedulerBinary(ctx, name, e.s.pluginBase, config)
 	}
 	return e.cp.StartScheduler(ctx, name, config)
@@ -395,12 +395,12 @@ func (e *env) startScheduler(ctx context.Context, kind, name string, config []by
 // call shutdown, when set, even on an error.
 func (e *env) startExtender(ctx, runCtx context.Context, kind, name string) (*runExtender, []byte, error) {
 	schedConfig := []byte("profiles:\n- schedulerName: " + name + "\n")
-	switch kind {
-	case kindPlain:
+	switch {
+	case kind == kindPlain:
 		return nil, schedConfig, nil
-	case kindPlainPacked:
+	case kind == kindPlainPacked:
 		return nil, []byte(packedSchedulerConfig(name)), nil
-	case kindPlugin, kindPluginBase, kindPluginAdaptive, kindPluginSampled:
+	case isPlugin(kind):
 		schedConfig, err := pluginConfig(name, kind)
 		return nil, schedConfig, err
 	}
@@ -565,8 +565,11 @@ func cpuProfilePath(path, kind string) string {
 
 func isOurs(kind string) bool { return kind == kindOurs || kind == kindOursNoPrio }
 
-func isPlugin(kind string) bool {
-	return kind == kindPlugin || kind == kindPluginBase || kind == kindPluginAdaptive || kind == kindPluginSampled
+func isPlugin(kind string) bool { return runsPluginBinary(kind) || kind == kindPluginBase }
+
+// runsPluginBinary reports whether the kind runs this tree's neuron-kube-scheduler.
+func runsPluginBinary(kind string) bool {
+	return kind == kindPlugin || kind == kindPluginAdaptive || kind == kindPluginSampled
 }
 
 // hasExtender reports whether the kind's scheduler calls an extender (held by the test process).

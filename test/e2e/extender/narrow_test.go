@@ -4,6 +4,7 @@ package extender
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -111,7 +112,7 @@ func TestNarrowedPodRefusedElsewhereRunsOnEveryNode(t *testing.T) {
 		placed = time.Since(start)
 		rec, err := allocation.RecordOf(p)
 		if err != nil || rec == nil || rec.Node != narrowLarge {
-			return false, "", &wrongPlacement{desc: framework.DescribePod(ctx, p), rec: rec, err: err}
+			return false, "", fmt.Errorf("bound, but the record is %+v (err %v), want one on %s: %s", rec, err, narrowLarge, framework.DescribePod(ctx, p))
 		}
 		return true, "", nil
 	})
@@ -136,21 +137,4 @@ func TestNarrowedPodRefusedElsewhereRunsOnEveryNode(t *testing.T) {
 		t.Errorf("scheduler_neuron_topology_narrowing_total %v: want narrowed 1, retried 1, sampled 1 (the retry on every node)", got)
 	}
 	t.Logf("placed on %s %v after its creation", narrowLarge, placed.Round(time.Millisecond))
-}
-
-// wrongPlacement stops WaitFor: the pod was bound, but not where and as expected.
-type wrongPlacement struct {
-	desc string
-	rec  *allocation.Record
-	err  error
-}
-
-func (w *wrongPlacement) Error() string {
-	if w.err != nil {
-		return "the pod's record: " + w.err.Error() + " (" + w.desc + ")"
-	}
-	if w.rec == nil {
-		return "the pod was bound without a record: " + w.desc
-	}
-	return "the pod was placed on " + w.rec.Node + ", want " + narrowLarge + ": " + w.desc
 }
